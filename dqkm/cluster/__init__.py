@@ -1,0 +1,1 @@
+"""scikit-learn style clustering estimators."""

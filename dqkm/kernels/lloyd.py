@@ -1,0 +1,144 @@
+"""Lloyd's K-means on one chunk of rows: assignment, partial sums, objective.
+
+The squared distance is split as ``‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖²``.  Only the
+last two terms decide the argmin, so the assignment is one GEMM ``X·Cᵀ`` per
+tile of rows plus ``‖c‖²``.  The tile (``_TILE`` rows) is small enough that the
+``tile × K`` block of products stays in cache while the argmin, the per-cluster
+sums and the exact objective are accumulated, so each row of X is read from
+memory once per pass.
+
+All kernels here are pure: they never mutate their inputs and hold no state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["lloyd_partials", "assign_labels", "squared_norms"]
+
+_TILE = 256
+
+
+@njit(nogil=True, cache=True)
+def _lloyd_tile_loop(X, centers, center_norms, sums, counts, labels, mind):  # OUT sums, counts, labels, mind
+    n, d = X.shape
+    k = centers.shape[0]
+    ct = centers.T
+    objective = 0.0
+    for start in range(0, n, _TILE):
+        stop = min(start + _TILE, n)
+        g = np.dot(X[start:stop], ct)
+        for i in range(stop - start):
+            best = np.inf
+            arg = 0
+            for j in range(k):
+                v = center_norms[j] - 2.0 * g[i, j]
+                if v < best:
+                    best = v
+                    arg = j
+            r = start + i
+            labels[r] = arg
+            counts[arg] += 1
+            # exact ‖x − c‖² in float64 (no cancellation), fused with the sums
+            dist = 0.0
+            for f in range(d):
+                xv = X[r, f]
+                sums[arg, f] += xv
+                diff = np.float64(xv) - np.float64(centers[arg, f])
+                dist += diff * diff
+            mind[r] = dist
+            objective += dist
+    return objective
+
+
+@njit(nogil=True, cache=True)
+def _assign_tile_loop(X, centers, center_norms, labels, mind):  # OUT labels, mind
+    n, d = X.shape
+    k = centers.shape[0]
+    ct = centers.T
+    for start in range(0, n, _TILE):
+        stop = min(start + _TILE, n)
+        g = np.dot(X[start:stop], ct)
+        for i in range(stop - start):
+            best = np.inf
+            arg = 0
+            for j in range(k):
+                v = center_norms[j] - 2.0 * g[i, j]
+                if v < best:
+                    best = v
+                    arg = j
+            r = start + i
+            labels[r] = arg
+            dist = 0.0
+            for f in range(d):
+                diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
+                dist += diff * diff
+            mind[r] = dist
+
+
+def squared_norms(A):
+    """Row-wise squared norms of ``A``, in ``A``'s dtype (float64 accumulation)."""
+    A = np.asarray(A)
+    return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
+
+
+def _prepare(X, centers):
+    X = np.ascontiguousarray(X)
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    if X.ndim != 2 or centers.ndim != 2 or X.shape[1] != centers.shape[1]:
+        raise ValueError(
+            f"X of shape {X.shape} and centers of shape {centers.shape} do not "
+            "share a number of features."
+        )
+    return X, centers
+
+
+def lloyd_partials(X, centers):
+    """One Lloyd step on a chunk: labels and the statistics the driver needs.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, n_features), float32 or float64
+    centers : ndarray of shape (n_clusters, n_features)
+
+    Returns
+    -------
+    sums : ndarray of shape (n_clusters, n_features), float64
+        Sum of the rows assigned to each center.
+    counts : ndarray of shape (n_clusters,), int64
+    objective : float
+        ``Σ ‖x − c_label(x)‖²`` over the chunk, computed exactly in float64.
+    labels : ndarray of shape (n_rows,), int32
+    min_sq_dist : ndarray of shape (n_rows,), float64
+    """
+    X, centers = _prepare(X, centers)
+    n, d = X.shape
+    k = centers.shape[0]
+    sums = np.zeros((k, d), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.int64)
+    labels = np.empty(n, dtype=np.int32)
+    mind = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return sums, counts, 0.0, labels, mind
+    obj = _lloyd_tile_loop(X, centers, squared_norms(centers), sums, counts, labels, mind)
+    return sums, counts, float(obj), labels, mind
+
+
+def assign_labels(X, centers):
+    """Nearest center of every row and its squared distance (float64).
+
+    Returns
+    -------
+    labels : ndarray of shape (n_rows,), int32
+    min_sq_dist : ndarray of shape (n_rows,), float64
+    """
+    X, centers = _prepare(X, centers)
+    n = X.shape[0]
+    labels = np.empty(n, dtype=np.int32)
+    mind = np.empty(n, dtype=np.float64)
+    if n:
+        _assign_tile_loop(X, centers, squared_norms(centers), labels, mind)
+    return labels, mind

@@ -1,0 +1,279 @@
+"""The one-iteration pattern shared by every dqkm algorithm.
+
+1. the driver's small state is *broadcast* once per pass: one graph key that
+   every block depends on (never embedded into each block's task);
+2. one blockwise pass computes a small partial result per chunk;
+3. the partials are combined by a tree of fan-in ``split_every`` (depth
+   ``⌈log_split_every(n_chunks)⌉``, never a linear chain);
+4. one ``compute`` per pass brings the aggregate back to the driver.
+
+This module is the only place, with its siblings in :mod:`dqkm.parallel`, that
+builds Dask graphs.  It holds no algorithm of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from dask.delayed import Delayed, delayed
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_SPLIT_EVERY",
+    "active_client",
+    "block_offsets",
+    "broadcast",
+    "compute",
+    "map_blocks_reduce",
+    "maybe_persist",
+    "progress",
+    "sum_partials",
+    "tree_reduce",
+]
+
+DEFAULT_SPLIT_EVERY = 8
+
+_PROGRESS = {"enabled": False}
+
+
+@contextlib.contextmanager
+def progress(enabled: bool = True):
+    """Show a progress bar for every pass over the data inside this block.
+
+    Works with the threaded scheduler (``dask.diagnostics.ProgressBar``) and
+    with a ``distributed.Client`` (``distributed.progress``: a text bar in a
+    terminal, a widget in Jupyter).
+    """
+    old = _PROGRESS["enabled"]
+    _PROGRESS["enabled"] = bool(enabled)
+    try:
+        yield
+    finally:
+        _PROGRESS["enabled"] = old
+
+
+def active_client():
+    """The default ``distributed.Client`` if one is active and in use, else None."""
+    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
+        return None
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _blas_limit_context(n_tasks: int):
+    """Limit BLAS to one thread while local threads run blocks in parallel.
+
+    The threaded scheduler runs ``num_workers`` blocks at once in this
+    process; letting each block's GEMM spawn its own BLAS threads on top of
+    that oversubscribes the cores.  A distributed worker's nanny already sets
+    ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` in its processes.
+    """
+    if n_tasks < 2 or active_client() is not None:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def compute(*objs, n_tasks: int = 2):
+    """``dask.compute`` with the BLAS thread limit and the optional progress bar.
+
+    This is the single ``compute`` of one iteration.
+    """
+    client = active_client()
+    if client is not None:
+        futures = client.compute(list(objs))
+        if _PROGRESS["enabled"]:
+            from distributed import progress as dist_progress
+
+            dist_progress(futures)
+        return tuple(client.gather(futures))
+    with _blas_limit_context(n_tasks):
+        if _PROGRESS["enabled"]:
+            from dask.diagnostics import ProgressBar
+
+            with ProgressBar():
+                return dask.compute(*objs)
+        return dask.compute(*objs)
+
+
+def broadcast(obj: Any, name: str = "state") -> Delayed:
+    """Put ``obj`` in the graph once, as a single key all blocks depend on."""
+    return delayed(obj, name=f"dqkm-{name}-{uuid.uuid4().hex}", traverse=False)
+
+
+def block_offsets(chunks: Sequence[int]) -> np.ndarray:
+    """Row offset of each block: ``[0, c0, c0 + c1, ...]`` (length n_blocks + 1)."""
+    return np.concatenate([[0], np.cumsum(np.asarray(chunks, dtype=np.int64))])
+
+
+def _row_blocks(X: da.Array) -> list:
+    if X.ndim == 2 and X.numblocks[1] != 1:
+        raise ValueError(
+            "X must be chunked along rows only; got chunks "
+            f"{X.chunks[1]} along features. Fix it with X.rechunk({{1: -1}})."
+        )
+    blocks = X.to_delayed(optimize_graph=True)
+    return list(np.asarray(blocks).reshape(-1))
+
+
+def tree_reduce(parts: list, combine: Callable, split_every: int = DEFAULT_SPLIT_EVERY,
+                name: str = "combine") -> Delayed:
+    """Combine delayed partials by a tree of fan-in ``split_every``.
+
+    ``combine`` receives a list of partials and returns one partial.  The graph
+    depth is ``⌈log_split_every(len(parts))⌉`` and no task has more than
+    ``split_every`` dependencies.
+    """
+    if split_every < 2:
+        raise ValueError(f"split_every must be an int >= 2; got {split_every!r}.")
+    if not parts:
+        raise ValueError("tree_reduce needs at least one partial result.")
+    level = 0
+    while len(parts) > 1:
+        parts = [
+            delayed(combine, pure=True)(parts[i:i + split_every],
+                                        dask_key_name=f"dqkm-{name}-{uuid.uuid4().hex[:12]}-{level}-{i}")
+            for i in range(0, len(parts), split_every)
+        ]
+        level += 1
+    return parts[0]
+
+
+def map_blocks_reduce(
+    X: da.Array,
+    chunk: Callable,
+    combine: Callable,
+    aggregate: Callable | None = None,
+    *,
+    args: Sequence = (),
+    split_every: int | None = None,
+    with_offsets: bool = False,
+    name: str = "pass",
+) -> Delayed:
+    """One pass over X: ``chunk`` per row block, tree ``combine``, ``aggregate``.
+
+    Parameters
+    ----------
+    X : dask array of shape (n_samples, n_features), chunked along rows only
+    chunk : callable ``chunk(block, *args[, block_index, row_offset])``
+        Returns a small partial result (e.g. K×D sums).
+    combine : callable ``combine(list_of_partials) -> partial``
+    aggregate : callable ``aggregate(partial) -> result``, optional
+    args : broadcast objects (from :func:`broadcast`) or small constants
+    with_offsets : if True, ``chunk`` also receives the block index and the
+        global row offset of the block (for per-block seeds and row ids).
+
+    Returns
+    -------
+    Delayed
+        Compute it (with :func:`compute`) to get the aggregate.
+    """
+    split_every = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
+    blocks = _row_blocks(X)
+    offsets = block_offsets(X.chunks[0])
+    token = uuid.uuid4().hex[:12]
+    parts = []
+    for i, blk in enumerate(blocks):
+        extra = (i, int(offsets[i])) if with_offsets else ()
+        parts.append(delayed(chunk, pure=True)(blk, *args, *extra,
+                                                dask_key_name=f"dqkm-{name}-{token}-{i}"))
+    out = tree_reduce(parts, combine, split_every, name=f"{name}-combine")
+    if aggregate is not None:
+        out = delayed(aggregate, pure=True)(out, dask_key_name=f"dqkm-{name}-aggregate-{token}")
+    return out
+
+
+def sum_partials(parts: list):
+    """Combine tuples of arrays/numbers by elementwise sum (float64 stays float64)."""
+    first = parts[0]
+    if isinstance(first, dict):
+        return {k: sum_partials([p[k] for p in parts]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(sum_partials([p[j] for p in parts]) for j in range(len(first)))
+    out = first.copy() if isinstance(first, np.ndarray) else first
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
+def _cluster_memory_bytes() -> float:
+    client = active_client()
+    if client is not None:
+        workers = client.scheduler_info(n_workers=-1)["workers"].values() \
+            if _accepts_n_workers(client) else client.scheduler_info()["workers"].values()
+        total = sum(float(w.get("memory_limit") or 0) for w in workers)
+        if total > 0:
+            return total
+    import psutil
+
+    return float(psutil.virtual_memory().available)
+
+
+def _accepts_n_workers(client) -> bool:
+    import inspect
+
+    try:
+        return "n_workers" in inspect.signature(client.scheduler_info).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def _is_in_memory(X: da.Array) -> bool:
+    """True when every block of X is already materialised (NumPy or futures)."""
+    graph = X.__dask_graph__()
+    layers = getattr(graph, "layers", {})
+    return len(layers) == 1 and X.name.startswith(("array-", "dqkm-persisted"))
+
+
+def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0.5):
+    """Persist X in the workers' memory when asked, or when it fits comfortably.
+
+    ``persist='auto'`` persists when ``X.nbytes`` is at most ``fraction`` of the
+    total ``memory_limit`` of the cluster's workers (or of the available
+    memory with local threads).  Otherwise X is re-read from its source
+    (Zarr) on every pass and memory stays bounded by a few chunks per worker.
+
+    Returns ``(X, persisted)``.
+    """
+    if persist not in ("auto", True, False):
+        raise ValueError(f"persist must be 'auto', True or False; got {persist!r}.")
+    if persist == "auto":
+        budget = _cluster_memory_bytes() * fraction
+        persist = X.nbytes <= budget
+        logger.debug("persist='auto': %.1f MB of data, budget %.1f MB -> %s",
+                     X.nbytes / 1e6, budget / 1e6, persist)
+    if not persist:
+        return X, False
+    client = active_client()
+    if client is not None:
+        X = client.persist(X)
+        try:
+            from distributed import wait
+
+            wait(X)
+        except Exception:  # pragma: no cover - wait is best effort
+            pass
+    else:
+        with _blas_limit_context(2):
+            X = X.persist()
+    return X, True
+
+
+def cpu_count() -> int:
+    return os.cpu_count() or 1

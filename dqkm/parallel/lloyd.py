@@ -1,0 +1,337 @@
+"""Distributed Lloyd iterations, k-means++ on a sample, and k-means‖.
+
+Every function here makes a known number of passes over X (stated in its
+docstring); each pass is one blockwise map, one tree reduction and one
+``compute`` (see :mod:`dqkm.parallel.engine`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import dask.array as da
+import numpy as np
+
+from ..kernels.lloyd import assign_labels, lloyd_partials
+from .engine import broadcast, compute, map_blocks_reduce
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LloydResult", "lloyd", "lloyd_pass", "assign", "inertia", "sample_rows",
+           "kmeans_parallel_init", "data_moments"]
+
+
+# --------------------------------------------------------------------------- chunk level
+def _moments(block):
+    b = np.asarray(block, dtype=np.float64)
+    n = b.shape[0]
+    if n == 0:
+        return (0, np.zeros(b.shape[1]), np.zeros(b.shape[1]))
+    mean = b.mean(axis=0)
+    m2 = ((b - mean) ** 2).sum(axis=0)
+    return (n, mean, m2)
+
+
+def _merge_moments(a, b):
+    """Chan et al.'s pairwise update of (count, mean, sum of squared deviations)."""
+    na, ma, sa = a
+    nb, mb, sb = b
+    if na == 0:
+        return b
+    if nb == 0:
+        return a
+    n = na + nb
+    delta = mb - ma
+    return (n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n))
+
+
+def _nonfinite_kind(block):
+    return "NaN" if np.isnan(np.asarray(block)).any() else "infinity"
+
+
+def _lloyd_chunk(block, centers, with_moments):
+    sums, counts, obj, _, _ = lloyd_partials(block, centers)
+    # A non-finite value in X makes its row's exact distance non-finite, so the
+    # objective doubles as the finiteness check: no extra pass over X.
+    bad = None if np.isfinite(obj) else _nonfinite_kind(block)
+    out = {"sums": sums, "counts": counts, "objective": obj, "bad": bad}
+    if with_moments:
+        out["moments"] = _moments(block)
+    return out
+
+
+def _lloyd_combine(parts):
+    out = {
+        "sums": parts[0]["sums"].copy(),
+        "counts": parts[0]["counts"].copy(),
+        "objective": parts[0]["objective"],
+        "bad": parts[0]["bad"],
+    }
+    if "moments" in parts[0]:
+        out["moments"] = parts[0]["moments"]
+    for p in parts[1:]:
+        out["sums"] += p["sums"]
+        out["counts"] += p["counts"]
+        out["objective"] += p["objective"]
+        out["bad"] = out["bad"] or p["bad"]
+        if "moments" in p:
+            out["moments"] = _merge_moments(out["moments"], p["moments"])
+    return out
+
+
+def _raise_nonfinite(kind):
+    raise ValueError(f"Input X contains {kind}. dqkm estimators need finite values; "
+                     "drop or impute them first.")
+
+
+def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
+    """One pass: per-cluster sums (float64), counts, objective w.r.t. ``centers``.
+
+    Raises ``ValueError`` if X holds NaN or infinity (detected in the same pass).
+    """
+    c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
+    d = map_blocks_reduce(X, _lloyd_chunk, _lloyd_combine, args=(c, with_moments),
+                          split_every=split_every, name="lloyd")
+    (res,) = compute(d, n_tasks=X.numblocks[0])
+    if res["bad"]:
+        _raise_nonfinite(res["bad"])
+    return res
+
+
+# --------------------------------------------------------------------------- the loop
+@dataclass(frozen=True)
+class LloydResult:
+    centers: np.ndarray
+    n_iter: int
+    history: list = field(default_factory=list)
+    converged: bool = False
+    last_objective: float = np.nan
+    shift: float = np.inf
+    n_features: int = 0
+    moments: tuple | None = None
+
+
+def tolerance_from_moments(moments, tol):
+    """sklearn's absolute tolerance: ``tol × mean(var(X, axis=0))``."""
+    if tol == 0:
+        return 0.0
+    n, _, m2 = moments
+    return float(np.mean(m2 / max(n, 1)) * tol)
+
+
+def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback=None,
+          start_iter=0, history=None):
+    """Lloyd iterations until the squared center shift is at most ``tol``.
+
+    ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
+    the variance is computed in the first iteration's pass.  One pass over X per
+    iteration; memory per worker: a few chunks plus K×D float64 partials.
+
+    Empty clusters keep their previous center and are listed in ``history``
+    under ``empty_clusters``.
+    """
+    centers = np.array(init_centers, dtype=X.dtype, copy=True)
+    history = list(history or [])
+    tol_abs = None if tol else 0.0
+    moments = None
+    converged = False
+    shift = np.inf
+    it = start_iter
+    obj = np.nan
+    for it in range(start_iter + 1, max_iter + 1):
+        t0 = time.perf_counter()
+        res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None)
+        if tol_abs is None:
+            moments = res["moments"]
+            tol_abs = tolerance_from_moments(moments, tol)
+        counts = res["counts"]
+        empty = np.flatnonzero(counts == 0)
+        new = centers.astype(np.float64, copy=True)
+        nz = counts > 0
+        new[nz] = res["sums"][nz] / counts[nz, None]
+        new = new.astype(X.dtype)
+        shift = float(((new.astype(np.float64) - centers) ** 2).sum())
+        obj = float(res["objective"])
+        centers = new
+        rec = {"iteration": it, "objective": obj, "shift": shift,
+               "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist()}
+        history.append(rec)
+        logger.info("Lloyd iteration %d: objective %.6g, shift %.3g, %.3fs%s", it, obj, shift,
+                    rec["seconds"], f", {len(empty)} empty clusters" if len(empty) else "")
+        if callback is not None:
+            callback(rec, centers)
+        if shift <= tol_abs:
+            converged = True
+            break
+    return LloydResult(centers=centers, n_iter=it, history=history, converged=converged,
+                       last_objective=obj, shift=shift, n_features=X.shape[1], moments=moments)
+
+
+# --------------------------------------------------------------------------- assignment
+def _assign_block(block, centers):
+    labels, _ = assign_labels(block, centers)
+    return labels
+
+
+def assign(X, centers):
+    """Lazy labels of X's rows (int32 Dask array aligned with X's row chunks)."""
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    return X.map_blocks(_assign_block, centers, drop_axis=1, dtype=np.int32,
+                        meta=np.empty((0,), dtype=np.int32))
+
+
+def _mind_block(block, centers):
+    _, mind = assign_labels(block, centers)
+    return mind
+
+
+def min_sq_distances(X, centers):
+    """Lazy squared distance of every row to its nearest center (float64)."""
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    return X.map_blocks(_mind_block, centers, drop_axis=1, dtype=np.float64,
+                        meta=np.empty((0,), dtype=np.float64))
+
+
+def _inertia_chunk(block, centers):
+    _, mind = assign_labels(block, centers)
+    s = float(mind.sum())
+    return (s, None if np.isfinite(s) else _nonfinite_kind(block))
+
+
+def _inertia_combine(parts):
+    return (sum(p[0] for p in parts), next((p[1] for p in parts if p[1]), None))
+
+
+def inertia(X, centers, *, split_every=None):
+    """Σ ‖x − nearest center‖² over X, in float64 (one pass)."""
+    c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
+    d = map_blocks_reduce(X, _inertia_chunk, _inertia_combine, args=(c,),
+                          split_every=split_every, name="inertia")
+    ((value, bad),) = compute(d, n_tasks=X.numblocks[0])
+    if bad:
+        _raise_nonfinite(bad)
+    return float(value)
+
+
+# --------------------------------------------------------------------------- sampling
+def sample_rows(X, n, rng):
+    """``n`` distinct rows of X drawn uniformly (one pass over the chunks touched)."""
+    N = X.shape[0]
+    if n >= N:
+        return np.asarray(compute(X, n_tasks=X.numblocks[0])[0])
+    idx = np.sort(rng.choice(N, size=n, replace=False))
+    return np.asarray(compute(X[idx], n_tasks=X.numblocks[0])[0])
+
+
+def data_moments(X, *, split_every=None):
+    """(count, mean, M2) per feature in float64 — one pass."""
+    d = map_blocks_reduce(X, _moments, lambda ps: _reduce_list(ps, _merge_moments),
+                          split_every=split_every, name="moments")
+    return compute(d, n_tasks=X.numblocks[0])[0]
+
+
+def _reduce_list(parts, f):
+    out = parts[0]
+    for p in parts[1:]:
+        out = f(out, p)
+    return out
+
+
+# --------------------------------------------------------------------------- k-means||
+def _kmp_round_chunk(block, candidates, ell, top, seed, rnd, index, offset):
+    """d² to the candidate set, its sum φ, and the ``top`` largest sampling keys.
+
+    A row is kept with probability min(1, ℓ·d²/φ) ⇔ u < ℓ·d²/φ ⇔ d²/u > φ/ℓ for
+    u ~ U(0, 1).  φ is only known after the reduction, so every chunk returns
+    its ``top`` largest keys d²/u with their rows; the driver keeps those above
+    φ/ℓ.  If a chunk's whole top list passes the threshold it may have more
+    rows to give; the driver then re-reads that chunk alone.
+    """
+    block = np.asarray(block)
+    _, mind = assign_labels(block, candidates)
+    phi = float(mind.sum())
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
+    u = rng.random(block.shape[0])
+    keys = mind / np.maximum(u, 1e-300)
+    if keys.size > top:
+        sel = np.argpartition(-keys, top - 1)[:top]
+    else:
+        sel = np.arange(keys.size)
+    return {"phi": phi, "parts": [(index, keys[sel], block[sel], mind[sel].sum())],
+            "bad": None if np.isfinite(phi) else _nonfinite_kind(block)}
+
+
+def _kmp_combine(parts):
+    return {"phi": sum(p["phi"] for p in parts),
+            "parts": [x for p in parts for x in p["parts"]],
+            "bad": next((p["bad"] for p in parts if p["bad"]), None)}
+
+
+def _count_nearest_chunk(block, candidates):
+    labels, _ = assign_labels(block, candidates)
+    return np.bincount(labels, minlength=candidates.shape[0]).astype(np.int64)
+
+
+def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_rounds=5,
+                         split_every=None):
+    """k-means‖ (Bahmani et al., 2012): ``n_rounds`` + 2 passes over X.
+
+    Round 0 picks one uniform row.  Each round keeps every row independently
+    with probability min(1, ℓ·d²(x, C)/φ_X(C)), ℓ = ``oversampling_factor``·K.
+    The candidates are weighted by the number of rows nearest to them (one
+    more pass) and reduced to K centers by weighted k-means++ then weighted
+    Lloyd on the driver.
+    """
+    from sklearn.cluster import KMeans as _SkKMeans
+
+    ell = oversampling_factor * n_clusters
+    seed = int(rng.integers(2**63 - 1))
+    N = X.shape[0]
+    cand = np.asarray(compute(X[int(rng.integers(N))][None, :])[0], dtype=X.dtype)
+    top = int(np.ceil(2 * ell)) + 16
+    for rnd in range(n_rounds):
+        c = broadcast(np.ascontiguousarray(cand), "candidates")
+        d = map_blocks_reduce(X, _kmp_round_chunk, _kmp_combine,
+                              args=(c, ell, top, seed, rnd), with_offsets=True,
+                              split_every=split_every, name="kmeans-parallel")
+        (res,) = compute(d, n_tasks=X.numblocks[0])
+        if res["bad"]:
+            _raise_nonfinite(res["bad"])
+        phi = res["phi"]
+        if phi <= 0:
+            break
+        thresh = phi / ell
+        new = []
+        for index, keys, rows, _ in res["parts"]:
+            keep = keys > thresh
+            if keep.all() and keys.size == top:
+                # the chunk may hold more rows above the threshold: take them all
+                block = np.asarray(compute(X.blocks[index])[0])
+                _, mind = assign_labels(block, cand)
+                rg = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
+                u = rg.random(block.shape[0])
+                new.append(block[mind / np.maximum(u, 1e-300) > thresh])
+            else:
+                new.append(rows[keep])
+        new = [r for r in new if len(r)]
+        if new:
+            cand = np.unique(np.vstack([cand, *new]), axis=0).astype(X.dtype)
+        logger.info("k-means|| round %d: phi %.6g, %d candidates", rnd + 1, phi, len(cand))
+    if len(cand) <= n_clusters:
+        extra = sample_rows(X, n_clusters, rng)
+        cand = np.unique(np.vstack([cand, extra]), axis=0)[: max(n_clusters, len(cand))]
+        if len(cand) < n_clusters:
+            raise ValueError(f"X has only {len(cand)} distinct rows; cannot find "
+                             f"n_clusters={n_clusters} distinct centers.")
+        if len(cand) == n_clusters:
+            return cand.astype(X.dtype)
+    c = broadcast(np.ascontiguousarray(cand, dtype=X.dtype), "candidates")
+    d = map_blocks_reduce(X, _count_nearest_chunk, lambda ps: sum(ps[1:], ps[0].copy()),
+                          args=(c,), split_every=split_every, name="kmeans-parallel-weights")
+    (weights,) = compute(d, n_tasks=X.numblocks[0])
+    km = _SkKMeans(n_clusters, init="k-means++", n_init=1,
+                   random_state=int(rng.integers(2**31 - 1)))
+    km.fit(cand.astype(np.float64), sample_weight=weights.astype(np.float64) + 1e-12)
+    return km.cluster_centers_.astype(X.dtype)
