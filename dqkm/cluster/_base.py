@@ -1,0 +1,127 @@
+"""What every dqkm clustering estimator shares: input validation, the
+NumPy-in/NumPy-out convention, and the state used by ``dqkm.save``/``dqkm.load``."""
+
+from __future__ import annotations
+
+import numbers
+
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.utils import check_array
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..parallel.data import to_dask
+
+__all__ = ["DqkmClusterer", "check_param", "is_lazy"]
+
+# Format version of saved models (dqkm.save / dqkm.load).
+MODEL_FORMAT_VERSION = 1
+
+
+def is_lazy(X) -> bool:
+    """True for inputs that stay out of core: Dask arrays and Zarr arrays."""
+    return isinstance(X, da.Array) or type(X).__module__.startswith("zarr")
+
+
+def check_param(name, value, owner, *, kind="int", low=None, high=None, options=None,
+                allow_none=False):
+    """Validate one constructor parameter with sklearn's wording.
+
+    e.g. "The 'n_clusters' parameter of KMeans must be an int in the range
+    [1, inf). Got 0 instead."
+    """
+    if value is None and allow_none:
+        return value
+    if options is not None:
+        if isinstance(value, str) and value in options:
+            return value
+        if kind is None:
+            raise ValueError(f"The {name!r} parameter of {owner} must be one of "
+                             f"{sorted(options)}. Got {value!r} instead.")
+    if kind == "int":
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        what = "an int"
+    elif kind == "real":
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+        what = "a float"
+    else:
+        ok, what = False, "a valid value"
+    lo = "-inf" if low is None else low
+    hi = "inf" if high is None else high
+    rng = f" in the range [{lo}, {hi}{']' if high is not None else ')'}"
+    opts = f" or one of {sorted(options)}" if options else ""
+    if not ok or (low is not None and value < low) or (high is not None and value > high):
+        err = TypeError if not ok and not isinstance(value, (numbers.Number, str)) else ValueError
+        raise err(f"The {name!r} parameter of {owner} must be {what}{rng}{opts}. "
+                  f"Got {value!r} instead.")
+    return value
+
+
+class DqkmClusterer(ClusterMixin, TransformerMixin, BaseEstimator):
+    """Base class: validation of X and the lazy/eager output convention."""
+
+    # ------------------------------------------------------------- validation
+    def _validate_X(self, X, *, reset: bool):
+        """Return ``(Xd, lazy)``: X as a row-chunked float Dask array, and
+        whether the caller gave a lazy (Dask/Zarr) input.
+
+        In-memory input goes through scikit-learn's ``validate_data`` (the
+        usual messages, ``n_features_in_``, feature names); lazy input is
+        checked for ndim, dtype and the number of features without reading
+        it — non-finite values are detected during the first pass.
+        """
+        owner = type(self).__name__
+        if not is_lazy(X):
+            if not reset:
+                check_is_fitted(self)
+            Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
+                               accept_sparse=False, ensure_min_samples=1)
+            return to_dask(Xc), False
+        Xd = to_dask(X)
+        if Xd.ndim != 2:
+            raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "
+                             f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1) for a "
+                             "single feature.")
+        if not (np.issubdtype(Xd.dtype, np.number) or Xd.dtype == bool) or \
+                np.issubdtype(Xd.dtype, np.complexfloating):
+            raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}. "
+                            "Convert it, e.g. X.astype('float32').")
+        if Xd.dtype not in (np.float32, np.float64):
+            Xd = Xd.astype(np.float64)
+        if Xd.shape[0] < 1 or Xd.shape[1] < 1:
+            raise ValueError(f"Found array with shape {Xd.shape} while a minimum of 1 sample "
+                             "and 1 feature is required.")
+        if reset:
+            self.n_features_in_ = Xd.shape[1]
+            if hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+        else:
+            check_is_fitted(self)
+            if Xd.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+        return Xd, True
+
+    @staticmethod
+    def _check_init_array(init, n_clusters, n_features, owner):
+        arr = check_array(init, dtype=[np.float64, np.float32], input_name="init")
+        if arr.shape != (n_clusters, n_features):
+            raise ValueError(f"The 'init' array of {owner} must have shape (n_clusters, "
+                             f"n_features) = ({n_clusters}, {n_features}). Got {arr.shape} "
+                             "instead.")
+        return arr
+
+    @staticmethod
+    def _output(result: da.Array, lazy: bool):
+        """Dask in → Dask out; NumPy in → NumPy out (computed now)."""
+        if lazy:
+            return result
+        from ..parallel.engine import compute
+
+        return np.asarray(compute(result, n_tasks=result.numblocks[0])[0])
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags

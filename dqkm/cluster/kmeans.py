@@ -1,0 +1,254 @@
+"""Lloyd's K-means on Dask arrays, with k-means++ and k-means‖ initialisation."""
+
+from __future__ import annotations
+
+import logging
+import numbers
+
+import numpy as np
+from sklearn.cluster import kmeans_plusplus
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..parallel.engine import maybe_persist
+from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, lloyd, min_sq_distances,
+                              sample_rows)
+from ._base import DqkmClusterer, check_param
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KMeans"]
+
+_INIT_OPTIONS = {"k-means++", "k-means||", "random"}
+
+
+class KMeans(DqkmClusterer):
+    """K-means clustering (Lloyd's algorithm) on in-memory or out-of-core data.
+
+    Each iteration is one pass over X: the centers are broadcast once, every
+    chunk computes its labels, per-cluster sums (float64), counts and its part
+    of the objective in one fused kernel, and the partials are tree-reduced.
+    Memory per worker: a few chunks of X plus K×D float64 partials.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : {'k-means++', 'k-means||', 'random'} or ndarray of shape (n_clusters, n_features)
+        'k-means++' runs scikit-learn's k-means++ on the driver over a uniform
+        sample of ``max(10 * n_clusters, 10_000)`` rows (all rows when X is
+        smaller); 'k-means||' is the distributed k-means‖ of Bahmani et al.
+        (``init_max_iter`` rounds, ``oversampling_factor``·K expected
+        candidates per round, one pass each); 'random' picks K distinct rows.
+    n_init : 'auto' or int, default='auto'
+        Number of initialisations; the run with the lowest inertia is kept.
+        'auto' is 1, or 10 for ``init='random'`` (scikit-learn's rule).
+    max_iter : int, default=300
+    tol : float, default=1e-4
+        Relative tolerance (scikit-learn's meaning): stop when the sum of
+        squared center shifts is at most ``tol`` × the mean feature variance.
+    random_state : int, RandomState instance or None
+    persist : 'auto', bool, default='auto'
+        Keep X in the workers' memory for the iterations.  'auto' persists when
+        X takes at most half the cluster's memory; otherwise X is re-read from
+        its source (Zarr) every pass.
+    split_every : int or None, default=None
+        Fan-in of the tree reduction (None: 8).
+    oversampling_factor : float, default=2.0
+        k-means‖ only: expected candidates per round, as a multiple of K.
+    init_max_iter : int or None, default=None
+        k-means‖ only: number of sampling rounds (None: 5, as Bahmani et al.).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    labels_ : ndarray of shape (n_samples,) or Dask array (lazy, aligned with X)
+    inertia_ : float
+        Sum of squared distances of the samples to their closest center
+        (computed exactly, in float64, with the final centers).
+    n_iter_ : int
+    n_features_in_ : int
+    history_ : list of dict
+        One dict per iteration: ``iteration``, ``objective`` (the inertia of
+        that iteration's labels w.r.t. the centers it started from),
+        ``shift`` (sum of squared center moves), ``seconds``,
+        ``empty_clusters`` (indices of clusters that kept their previous
+        center because no point was assigned to them).
+
+    References
+    ----------
+    Lloyd (1982), Least squares quantization in PCM.
+    Arthur & Vassilvitskii (2007), k-means++: the advantages of careful seeding.
+    Bahmani et al. (2012), Scalable k-means++ (k-means‖).
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+    >>> km = dqkm.KMeans(n_clusters=2, random_state=0).fit(X)
+    >>> sorted(km.cluster_centers_[:, 1].tolist())
+    [0.5, 10.5]
+    """
+
+    def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
+                 tol=1e-4, random_state=None, persist="auto", split_every=None,
+                 oversampling_factor=2.0, init_max_iter=None):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.persist = persist
+        self.split_every = split_every
+        self.oversampling_factor = oversampling_factor
+        self.init_max_iter = init_max_iter
+
+    # ------------------------------------------------------------------ params
+    def _check_params(self, n_samples):
+        owner = type(self).__name__
+        check_param("n_clusters", self.n_clusters, owner, low=1)
+        if self.n_clusters > n_samples:
+            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
+        check_param("max_iter", self.max_iter, owner, low=1)
+        check_param("tol", self.tol, owner, kind="real", low=0)
+        check_param("split_every", self.split_every, owner, low=2, allow_none=True)
+        check_param("oversampling_factor", self.oversampling_factor, owner, kind="real", low=0)
+        check_param("init_max_iter", self.init_max_iter, owner, low=1, allow_none=True)
+        if self.persist not in ("auto", True, False):
+            raise ValueError(f"The 'persist' parameter of {owner} must be 'auto', True or "
+                             f"False. Got {self.persist!r} instead.")
+        if isinstance(self.init, str):
+            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
+        elif not hasattr(self.init, "__array__") and not isinstance(self.init, (list, tuple)):
+            raise TypeError(f"The 'init' parameter of {owner} must be one of "
+                            f"{sorted(_INIT_OPTIONS)} or an array of shape (n_clusters, "
+                            f"n_features). Got {self.init!r} instead.")
+        if self.n_init == "auto":
+            n_init = 10 if isinstance(self.init, str) and self.init == "random" else 1
+        else:
+            n_init = check_param("n_init", self.n_init, owner, low=1, options={"auto"})
+        if not isinstance(self.init, str) and n_init != 1:
+            n_init = 1  # scikit-learn warns and runs once with an explicit init
+        return n_init
+
+    # ---------------------------------------------------------------- fitting
+    def _initial_centers(self, X, rng):
+        K = self.n_clusters
+        if not isinstance(self.init, str):
+            return self._check_init_array(self.init, K, X.shape[1],
+                                          type(self).__name__).astype(X.dtype)
+        if self.init == "k-means||":
+            rounds = 5 if self.init_max_iter is None else self.init_max_iter
+            return kmeans_parallel_init(X, K, rng=rng,
+                                        oversampling_factor=self.oversampling_factor,
+                                        n_rounds=rounds, split_every=self.split_every)
+        if self.init == "random":
+            return sample_rows(X, K, rng).astype(X.dtype)
+        sample = sample_rows(X, max(10 * K, 10_000), rng)
+        if not np.isfinite(sample).all():
+            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
+                             "values; drop or impute them first.")
+        centers, _ = kmeans_plusplus(sample.astype(np.float64), K,
+                                     random_state=int(rng.integers(2**31 - 1)))
+        return centers.astype(X.dtype)
+
+    def fit(self, X, y=None, *, callback=None):
+        """Compute K-means clustering.
+
+        Parameters
+        ----------
+        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
+        y : ignored
+        callback : callable, optional
+            ``callback(record, centers)`` after every iteration (``record`` is
+            the iteration's ``history_`` entry) — e.g. for a live plot.
+
+        Returns
+        -------
+        self
+        """
+        Xd, lazy = self._validate_X(X, reset=True)
+        n_init = self._check_params(Xd.shape[0])
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        Xd, _ = maybe_persist(Xd, self.persist)
+        best = None
+        for run in range(n_init):
+            init = self._initial_centers(Xd, rng)
+            res = lloyd(Xd, init, max_iter=self.max_iter, tol=self.tol,
+                        split_every=self.split_every, callback=callback)
+            # With a zero shift the last pass already used the final centers.
+            value = (res.last_objective if res.shift == 0
+                     else inertia(Xd, res.centers, split_every=self.split_every))
+            logger.info("KMeans run %d/%d: inertia %.6g after %d iterations", run + 1, n_init,
+                        value, res.n_iter)
+            if best is None or value < best[0]:
+                best = (value, res)
+        value, res = best
+        self.cluster_centers_ = res.centers
+        self.inertia_ = float(value)
+        self.n_iter_ = int(res.n_iter)
+        self.history_ = res.history
+        self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
+        return self
+
+    def fit_predict(self, X, y=None, **kwargs):
+        return self.fit(X, **kwargs).labels_
+
+    # ------------------------------------------------------------- inference
+    def predict(self, X):
+        """Index of the closest center of each sample (blockwise on any size)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(assign(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
+
+    def transform(self, X):
+        """Euclidean distances to every center, shape (n_samples, n_clusters)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        C = self.cluster_centers_.astype(Xd.dtype)
+
+        def _dist(block, C):
+            from sklearn.metrics.pairwise import euclidean_distances
+
+            return euclidean_distances(block, C)
+
+        out = Xd.map_blocks(_dist, C, chunks=(Xd.chunks[0], (C.shape[0],)), dtype=Xd.dtype)
+        return self._output(out, lazy)
+
+    def score(self, X, y=None):
+        """Opposite of the inertia of X on the fitted centers (higher is better)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        if lazy:
+            return -inertia(Xd, self.cluster_centers_.astype(Xd.dtype),
+                            split_every=self.split_every)
+        mind = self._output(min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), False)
+        return -float(mind.sum())
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        check_is_fitted(self)
+        arrays = {"cluster_centers_": self.cluster_centers_}
+        if isinstance(self.labels_, np.ndarray):
+            arrays["labels_"] = self.labels_
+        meta = {"inertia_": self.inertia_, "n_iter_": self.n_iter_,
+                "n_features_in_": self.n_features_in_, "history_": self.history_}
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        self.cluster_centers_ = arrays["cluster_centers_"]
+        if "labels_" in arrays:
+            self.labels_ = arrays["labels_"]
+        for k, v in meta.items():
+            setattr(self, k, v)
+        return self
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "cluster_centers_")
+
+    @property
+    def _n_features_out(self):
+        return self.n_clusters
+
+

@@ -1,0 +1,56 @@
+"""Turning in-memory or Zarr-backed arrays into row-chunked Dask arrays."""
+
+from __future__ import annotations
+
+import math
+
+import dask.array as da
+import numpy as np
+
+from .engine import cpu_count
+
+__all__ = ["auto_row_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]
+
+# A feature-chunked array at most this large is rechunked silently; larger ones
+# are rejected with the rechunk call to run (rechunking moves the whole array).
+SMALL_RECHUNK_BYTES = 256 * 2**20
+_TARGET_CHUNK_BYTES = 64 * 2**20
+
+
+def auto_row_chunks(n_samples: int, n_features: int, itemsize: int = 4) -> int:
+    """Rows per chunk: about 64 MB per chunk, and at least 2 chunks per core when
+    the data is large enough that splitting pays (≥ 4096 rows per chunk)."""
+    rows = max(1, _TARGET_CHUNK_BYTES // max(1, n_features * itemsize))
+    per_core = math.ceil(n_samples / (2 * cpu_count()))
+    if per_core >= 4096:
+        rows = min(rows, per_core)
+    return int(max(1, min(rows, n_samples)))
+
+
+def to_dask(X, chunks=None) -> da.Array:
+    """A Dask array chunked along rows only, from NumPy, Dask or a zarr.Array.
+
+    ``chunks`` is the number of rows per chunk (int) or a tuple of row chunk
+    sizes; by default ~64 MB chunks.  A Dask array chunked along features is
+    rechunked when it is at most 256 MB, otherwise a ``ValueError`` shows the
+    ``rechunk`` call to run.
+    """
+    if isinstance(X, da.Array):
+        if X.ndim == 2 and X.numblocks[1] > 1:
+            if X.nbytes > SMALL_RECHUNK_BYTES:
+                raise ValueError(
+                    f"X is chunked along features (chunks {X.chunks[1]} on axis 1); dqkm "
+                    "needs every chunk to hold all features. Rechunk it once and save it: "
+                    "X = X.rechunk({1: -1}) (then e.g. dqkm.io.save_array(X, path)).")
+            X = X.rechunk({1: -1})
+        if chunks is not None:
+            X = X.rechunk({0: chunks})
+        return X
+    if type(X).__module__.startswith("zarr"):
+        return to_dask(da.from_zarr(X), chunks=chunks)
+    X = np.asarray(X)
+    if X.ndim != 2:
+        return da.from_array(X, chunks=X.shape or ())  # caller's validation reports ndim
+    if chunks is None:
+        chunks = auto_row_chunks(X.shape[0], X.shape[1], X.dtype.itemsize)
+    return da.from_array(X, chunks=(chunks, -1))
