@@ -1,10 +1,33 @@
 """dqkm: out-of-core clustering on Dask.
 
 Estimators: :class:`KMeans`. Data: :mod:`dqkm.io`, :mod:`dqkm.datasets`.
+Models: :func:`save`, :func:`load`.
+
+Top-level names are imported lazily, so ``import dqkm.kernels`` stays free of
+Dask. To export a new estimator, add it to ``_LAZY`` (not as an import).
 """
 
-from .cluster.kmeans import KMeans
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["KMeans", "__version__"]
+_LAZY = {
+    "KMeans": "dqkm.cluster.kmeans",
+    "save": "dqkm.io",
+    "load": "dqkm.io",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dqkm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
