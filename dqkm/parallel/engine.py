@@ -105,9 +105,11 @@ def compute(*objs, n_tasks: int = 2):
         return tuple(client.gather(futures))
     with _blas_limit_context(n_tasks):
         if _PROGRESS["enabled"]:
+            import sys
+
             from dask.diagnostics import ProgressBar
 
-            with ProgressBar():
+            with ProgressBar(out=sys.stderr):
                 return dask.compute(*objs)
         return dask.compute(*objs)
 

@@ -29,8 +29,9 @@ def _moments(block):
     n = b.shape[0]
     if n == 0:
         return (0, np.zeros(b.shape[1]), np.zeros(b.shape[1]))
-    mean = b.mean(axis=0)
-    m2 = ((b - mean) ** 2).sum(axis=0)
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite X is reported elsewhere
+        mean = b.mean(axis=0)
+        m2 = ((b - mean) ** 2).sum(axis=0)
     return (n, mean, m2)
 
 
@@ -43,8 +44,9 @@ def _merge_moments(a, b):
     if nb == 0:
         return a
     n = na + nb
-    delta = mb - ma
-    return (n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n))
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = mb - ma
+        return (n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n))
 
 
 def _nonfinite_kind(block):

@@ -1,0 +1,39 @@
+# The two commands: `make demo` and `make test`. Both create .venv when it is
+# missing and install what they need into it (again only when pyproject.toml
+# changed), then run.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: demo test bench clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip setuptools wheel
+
+# editable_mode=compat puts the repository on sys.path with a .pth file, so new
+# subpackages need no re-install.
+$(VENV)/.installed-test: pyproject.toml | $(PY)
+	$(PIP) install -e '.[test,plot,dashboard]' --config-settings editable_mode=compat
+	@touch $@
+
+$(VENV)/.installed-demo: pyproject.toml | $(PY)
+	$(PIP) install -e '.[dashboard]' --config-settings editable_mode=compat
+	@touch $@
+
+$(VENV)/.installed-bench: pyproject.toml | $(PY)
+	$(PIP) install -e '.[test,plot,dashboard,bench]' --config-settings editable_mode=compat
+	@touch $@
+
+demo: $(VENV)/.installed-demo
+	$(PY) -m dqkm demo
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed-bench
+	$(PY) benchmarks/bench_kmeans.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,275 @@
+"""The ``dqkm`` command: generate data, fit, predict, inspect models, run the demo.
+
+Examples
+--------
+dqkm generate blobs --n-samples 100000 --n-features 32 --centers 8 --out data.zarr
+dqkm fit --algorithm kmeans --n-clusters 8 data.zarr --out model.zarr --scheduler local
+dqkm predict model.zarr data.zarr --out labels.zarr
+dqkm info model.zarr
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+
+__all__ = ["main"]
+
+# algorithm name on the command line -> estimator class name in dqkm
+ALGORITHMS = {"kmeans": "KMeans", "qkmeans": "QKMeans", "kmm": "KMultipleMeans",
+              "sekmeans": "SparseEmbeddedKMeans", "kmeans-l1": "KMeansL1"}
+
+
+class CLIError(Exception):
+    """A user error: printed without a traceback, exit status 2."""
+
+
+def _available_algorithms():
+    import dqkm
+
+    return {k: getattr(dqkm, v) for k, v in ALGORITHMS.items() if hasattr(dqkm, v)}
+
+
+def _parse_value(text):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _check_out(path, overwrite):
+    if os.path.exists(path) and not overwrite:
+        raise CLIError(f"output path {path!r} already exists; pass --overwrite to replace it.")
+
+
+@contextlib.contextmanager
+def _scheduler(args):
+    """Set up the scheduler named on the command line for the duration of a command."""
+    import dask
+
+    cluster_file = getattr(args, "cluster", None)
+    if cluster_file:
+        from .cluster_config import get_client
+
+        client = get_client(cluster_file)
+        print(f"cluster: {client.dashboard_link or client.scheduler.address}", flush=True)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    sched = getattr(args, "scheduler", "threads")
+    if sched in ("threads", "sync", "synchronous"):
+        with dask.config.set(scheduler="threads" if sched == "threads" else "sync"):
+            yield None
+        return
+    from distributed import Client, LocalCluster
+
+    if sched == "local":
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            cluster = LocalCluster(n_workers=args.n_workers, threads_per_worker=1,
+                                   dashboard_address=":0" if args.dashboard else None,
+                                   silence_logs=logging.ERROR)
+        client = Client(cluster)
+        print(f"LocalCluster with {args.n_workers} workers; dashboard: {client.dashboard_link}",
+              flush=True)
+    else:
+        client = Client(sched)
+        print(f"connected to {sched}; dashboard: {client.dashboard_link}", flush=True)
+    try:
+        yield client
+    finally:
+        client.close()
+        if sched == "local":
+            cluster.close()
+
+
+def _progress(args):
+    from .parallel.engine import progress
+
+    return progress(not getattr(args, "no_progress", False))
+
+
+# ----------------------------------------------------------------------------- commands
+def cmd_generate(args):
+    from . import datasets
+
+    _check_out(args.out, args.overwrite)
+    t0 = time.perf_counter()
+    with _scheduler(args), _progress(args):
+        if args.kind == "blobs":
+            X, _ = datasets.make_blobs(args.n_samples, args.n_features, args.centers,
+                                       chunks=args.chunks, random_state=args.random_state,
+                                       dtype=args.dtype, cluster_std=args.cluster_std,
+                                       path=args.out, overwrite=args.overwrite)
+        else:
+            gen = datasets.make_moons if args.kind == "moons" else datasets.make_circles
+            X, y = gen(args.n_samples, noise=args.noise, chunks=args.chunks,
+                       random_state=args.random_state)
+            from .io import save_arrays
+
+            save_arrays({"X": X, "y": y}, args.out, overwrite=args.overwrite)
+    print(f"wrote {args.kind} X {X.shape[0]} x {X.shape[1]} ({X.dtype}) and y to {args.out} "
+          f"in {time.perf_counter() - t0:.1f}s")
+
+
+def cmd_fit(args):
+    from .io import as_dask_array, save
+
+    algos = _available_algorithms()
+    if args.algorithm not in algos:
+        raise CLIError(f"unknown --algorithm {args.algorithm!r}; available: {sorted(algos)}.")
+    _check_out(args.out, args.overwrite)
+    params = {"n_clusters": args.n_clusters, "random_state": args.random_state}
+    if args.max_iter is not None:
+        params["max_iter"] = args.max_iter
+    if args.persist is not None:
+        params["persist"] = {"auto": "auto", "true": True, "false": False}[args.persist]
+    for item in args.param or []:
+        if "=" not in item:
+            raise CLIError(f"--param expects KEY=VALUE; got {item!r}.")
+        k, v = item.split("=", 1)
+        params[k] = _parse_value(v)
+    cls = algos[args.algorithm]
+    try:
+        model = cls(**params)
+    except TypeError as e:
+        raise CLIError(f"bad parameter for {cls.__name__}: {e}") from None
+    with _scheduler(args), _progress(args):
+        X = as_dask_array(args.data)
+        t0 = time.perf_counter()
+        model.fit(X)
+        seconds = time.perf_counter() - t0
+        save(model, args.out, overwrite=args.overwrite)
+    inertia = getattr(model, "inertia_", float("nan"))
+    print(f"{cls.__name__}: n_clusters={args.n_clusters} inertia={inertia:.6g} "
+          f"n_iter={getattr(model, 'n_iter_', '-')} seconds={seconds:.2f} -> {args.out}")
+
+
+def cmd_predict(args):
+    from .io import as_dask_array, load, save_array
+
+    _check_out(args.out, args.overwrite)
+    model = load(args.model)
+    with _scheduler(args), _progress(args):
+        X = as_dask_array(args.data)
+        labels = model.predict(X)
+        save_array(labels, args.out, overwrite=args.overwrite)
+    print(f"wrote {labels.shape[0]} labels to {args.out}")
+
+
+def cmd_info(args):
+    from .io import model_info
+
+    info = model_info(args.model)
+    state = dict(info.get("state", {}))
+    history = state.pop("history_", [])
+    print(f"estimator: {info['estimator']} (format {info['format_version']})")
+    print("parameters: " + ", ".join(f"{k}={v!r}" for k, v in sorted(info["params"].items())))
+    for k, v in sorted(state.items()):
+        print(f"{k}: {v}")
+    for k, (shape, dtype) in sorted(info["arrays"].items()):
+        print(f"array {k}: shape {tuple(shape)} {dtype}")
+    if history:
+        last = history[-1]
+        print(f"history: {len(history)} iterations; last objective {last.get('objective')}")
+
+
+def cmd_demo(args):
+    from .demo import run_demo
+
+    run_demo(n_samples=args.n_samples, n_features=args.n_features, n_clusters=args.n_clusters,
+             n_workers=args.n_workers)
+
+
+# ----------------------------------------------------------------------------- parser
+def _add_scheduler_args(p):
+    p.add_argument("--scheduler", default="threads",
+                   help="threads (default), local (a LocalCluster) or a scheduler ADDRESS")
+    p.add_argument("--n-workers", type=int, default=2, help="workers of --scheduler local")
+    p.add_argument("--cluster", metavar="PATH",
+                   help="a cluster config file (see cluster_configs/README.md)")
+    p.add_argument("--no-dashboard", dest="dashboard", action="store_false",
+                   help="do not start the dashboard of --scheduler local")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="dqkm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log per-iteration lines (-v) or debug (-vv)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate a data set into a Zarr store")
+    g.add_argument("kind", choices=["blobs", "moons", "circles"])
+    g.add_argument("--n-samples", type=int, default=100_000)
+    g.add_argument("--n-features", type=int, default=2)
+    g.add_argument("--centers", type=int, default=8)
+    g.add_argument("--cluster-std", type=float, default=1.0)
+    g.add_argument("--noise", type=float, default=0.05)
+    g.add_argument("--chunks", type=int, default=None, help="rows per chunk")
+    g.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    g.add_argument("--random-state", type=int, default=0)
+    g.add_argument("--out", required=True)
+    g.add_argument("--overwrite", action="store_true")
+    _add_scheduler_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    f = sub.add_parser("fit", help="fit a model on a Zarr store and save it")
+    f.add_argument("data", help="Zarr store (array, or group with array 'X'), path or URL")
+    f.add_argument("--algorithm", default="kmeans", choices=sorted(ALGORITHMS))
+    f.add_argument("--n-clusters", type=int, required=True)
+    f.add_argument("--max-iter", type=int, default=None)
+    f.add_argument("--random-state", type=int, default=0)
+    f.add_argument("--persist", choices=["auto", "true", "false"], default=None)
+    f.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="any other estimator parameter (JSON value), repeatable")
+    f.add_argument("--out", required=True, help="model path (.zarr or .npz)")
+    f.add_argument("--overwrite", action="store_true")
+    _add_scheduler_args(f)
+    f.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("predict", help="label a Zarr store with a saved model")
+    p.add_argument("model")
+    p.add_argument("data")
+    p.add_argument("--out", required=True)
+    p.add_argument("--overwrite", action="store_true")
+    _add_scheduler_args(p)
+    p.set_defaults(func=cmd_predict)
+
+    i = sub.add_parser("info", help="describe a saved model")
+    i.add_argument("model")
+    i.set_defaults(func=cmd_info)
+
+    d = sub.add_parser("demo", help="generate blobs to Zarr, fit on a LocalCluster, print a table")
+    d.add_argument("--n-samples", type=int, default=500_000)
+    d.add_argument("--n-features", type=int, default=64)
+    d.add_argument("--n-clusters", type=int, default=16)
+    d.add_argument("--n-workers", type=int, default=2)
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("dqkm").setLevel(level)
+    try:
+        args.func(args)
+    except (CLIError, FileExistsError, FileNotFoundError) as e:
+        print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError) as e:
+        print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""Zarr v3 storage for data, labels and fitted models.
+
+* :func:`as_dask_array` — NumPy, Dask, a Zarr array, or a Zarr store path/URL
+  → a 2-D float Dask array chunked along rows only.
+* :func:`save_array` / :func:`save_arrays` / :func:`load_array` — chunk-aligned
+  Zarr v3 stores, written under a temporary name and renamed into place, so a
+  failed write never leaves a partial store under the target name.
+* :func:`save` / :func:`load` — fitted models without pickle (Zarr group or
+  ``.npz`` + JSON, with a format version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import zarr
+
+from .parallel.data import to_dask
+from .parallel.engine import compute
+
+__all__ = ["as_dask_array", "save_array", "save_arrays", "load_array", "open_store", "save",
+           "load", "MODEL_FORMAT_VERSION"]
+
+MODEL_FORMAT_VERSION = 1
+_DEFAULT_COMPONENT = "X"
+
+
+# ----------------------------------------------------------------------------- reading
+def _is_url(path) -> bool:
+    return isinstance(path, str) and "://" in path
+
+
+def _is_path(X) -> bool:
+    return isinstance(X, (str, os.PathLike))
+
+
+def open_store(path, component=None, *, storage_options=None):
+    """Open a Zarr array stored at ``path`` (or the array ``component`` of the group there).
+
+    A group with one array opens that array; a group with several opens
+    ``component`` (default ``"X"``).
+    """
+    if not _is_url(path) and not Path(path).exists():
+        raise FileNotFoundError(f"No Zarr store at {str(path)!r}.")
+    node = zarr.open(str(path), mode="r", storage_options=storage_options) if _is_url(path) \
+        else zarr.open(str(path), mode="r")
+    if isinstance(node, zarr.Group):
+        names = sorted(name for name, _ in node.arrays())
+        if component is None:
+            component = _DEFAULT_COMPONENT if _DEFAULT_COMPONENT in names else (
+                names[0] if len(names) == 1 else None)
+        if component not in names:
+            raise ValueError(f"The Zarr group at {str(path)!r} holds arrays {names}; pass "
+                             "component=<name> to choose one.")
+        node = node[component]
+    return node
+
+
+def _from_zarr(arr, chunks=None) -> da.Array:
+    # Read whole rows per Dask chunk even if the store is also chunked along
+    # features: a Dask chunk then spans several Zarr chunks, no rechunk needed.
+    rows = chunks if chunks is not None else arr.chunks[0]
+    dchunks = (rows,) + tuple(-1 for _ in arr.shape[1:])
+    return da.from_zarr(arr, chunks=dchunks)
+
+
+def load_array(path, component=None, *, chunks=None, storage_options=None) -> da.Array:
+    """A Zarr array (any dtype and ndim) as a lazy Dask array chunked along rows."""
+    return _from_zarr(open_store(path, component, storage_options=storage_options), chunks)
+
+
+def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da.Array:
+    """X as a 2-D float Dask array chunked along rows only.
+
+    Parameters
+    ----------
+    X : ndarray, Dask array, zarr.Array, or str/PathLike
+        A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
+        array or to a group (its array ``component``, default ``"X"``).
+    chunks : int or tuple, optional
+        Rows per chunk.  Default: the store's row chunks, or ~64 MB chunks
+        for in-memory data.
+
+    Returns
+    -------
+    dask.array.Array of shape (n_samples, n_features), float32 or float64
+        float32/float64 input keeps its dtype; other real dtypes become float64.
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, or a large Dask array chunked along features (the message
+        shows the ``rechunk`` call).
+    TypeError
+        Non-numeric data.
+    """
+    if _is_path(X):
+        Xd = load_array(X, component, chunks=chunks, storage_options=storage_options)
+    elif type(X).__module__.startswith("zarr"):
+        Xd = _from_zarr(X, chunks)
+    else:
+        Xd = to_dask(X, chunks=chunks)
+    if Xd.ndim != 2:
+        raise ValueError(f"Expected a 2-D array (n_samples, n_features); got {Xd.ndim}-D with "
+                         f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1).")
+    if Xd.dtype.kind not in "fiub":
+        raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+    if Xd.dtype not in (np.float32, np.float64):
+        Xd = Xd.astype(np.float64)
+    return to_dask(Xd)
+
+
+# ----------------------------------------------------------------------------- writing
+def _regular_rows(X: da.Array) -> da.Array:
+    """Zarr needs equal chunks (the last may be smaller): rechunk rows if not."""
+    rows = X.chunks[0]
+    if len(rows) > 1 and (len(set(rows[:-1])) > 1 or rows[-1] > rows[0]):
+        X = X.rechunk({0: max(rows)})
+    if X.ndim > 1 and X.numblocks[1] > 1:
+        X = X.rechunk({i: -1 for i in range(1, X.ndim)})
+    return X
+
+
+class _AtomicTarget:
+    """Write to ``.<name>.tmp-<id>`` beside the target, then rename into place."""
+
+    def __init__(self, path, overwrite):
+        self.path = str(path)
+        self.overwrite = overwrite
+        self.url = _is_url(self.path)
+        if self.url:
+            import fsspec
+
+            self.fs, self.fpath = fsspec.core.url_to_fs(self.path)
+        else:
+            self.fs, self.fpath = None, os.path.abspath(self.path)
+        parent, name = os.path.split(self.fpath.rstrip("/"))
+        self.tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
+
+    def exists(self, p):
+        return self.fs.exists(p) if self.url else os.path.exists(p)
+
+    def remove(self, p):
+        if self.url:
+            if self.fs.exists(p):
+                self.fs.rm(p, recursive=True)
+        elif os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.exists(p):
+            os.remove(p)
+
+    def move(self, src, dst):
+        if self.url:
+            self.fs.mv(src, dst, recursive=True)
+        else:
+            os.replace(src, dst)
+
+    @property
+    def tmp_url(self):
+        if not self.url:
+            return self.tmp
+        protocol = self.path.split("://", 1)[0]
+        return f"{protocol}://{self.tmp}"
+
+    def __enter__(self):
+        if self.exists(self.fpath) and not self.overwrite:
+            raise FileExistsError(f"{self.path!r} already exists; pass overwrite=True "
+                                  "(--overwrite on the command line) to replace it.")
+        if not self.url:
+            os.makedirs(os.path.dirname(self.fpath) or ".", exist_ok=True)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.remove(self.tmp)
+            return False
+        old = None
+        if self.exists(self.fpath):
+            old = f"{self.tmp}.old"
+            self.move(self.fpath, old)
+        try:
+            self.move(self.tmp, self.fpath)
+        except BaseException:
+            if old is not None:
+                self.move(old, self.fpath)
+            self.remove(self.tmp)
+            raise
+        if old is not None:
+            self.remove(old)
+        return False
+
+
+def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None):
+    """Write several row-aligned arrays as one Zarr v3 group (one pass, atomic).
+
+    ``arrays`` maps names to NumPy or Dask arrays; each is stored chunk-aligned
+    with its Dask row chunks.  Returns ``path``.
+    """
+    with _AtomicTarget(path, overwrite) as t:
+        group = zarr.open_group(t.tmp_url, mode="w", zarr_format=3,
+                                storage_options=storage_options if t.url else None)
+        if attrs:
+            group.attrs.update(attrs)
+        stores = []
+        for name, arr in arrays.items():
+            arr = _regular_rows(arr if isinstance(arr, da.Array) else da.from_array(
+                np.asarray(arr), chunks=(max(1, min(len(arr), 65536)),) + (-1,) * (np.ndim(arr) - 1)))
+            z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
+                                   chunks=tuple(c[0] for c in arr.chunks))
+            stores.append(da.store(arr, z, lock=False, compute=False))
+        if stores:
+            compute(*stores, n_tasks=max(s.__dask_graph__().__len__() for s in stores))
+    return path
+
+
+def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None):
+    """Write one array as a Zarr v3 array store (chunk-aligned, atomic)."""
+    with _AtomicTarget(path, overwrite) as t:
+        arr = X if isinstance(X, da.Array) else to_dask(np.asarray(X)) if np.ndim(X) == 2 \
+            else da.from_array(np.asarray(X), chunks=max(1, min(len(X), 1 << 20)))
+        arr = _regular_rows(arr)
+        z = zarr.create_array(t.tmp_url, shape=arr.shape, dtype=arr.dtype,
+                              chunks=tuple(c[0] for c in arr.chunks), zarr_format=3,
+                              storage_options=storage_options if t.url else None)
+        if attrs:
+            z.attrs.update(attrs)
+        compute(da.store(arr, z, lock=False, compute=False), n_tasks=arr.numblocks[0])
+    return path
+
+
+# ----------------------------------------------------------------------------- models
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"cannot store {type(o).__name__} in a dqkm model file")
+
+
+def _split_params(params):
+    plain, arrays = {}, {}
+    for k, v in params.items():
+        if isinstance(v, np.ndarray) or (hasattr(v, "__array__") and not np.isscalar(v)):
+            arrays[f"param__{k}"] = np.asarray(v)
+        elif v is None or isinstance(v, (bool, int, float, str, dict, list, np.generic)):
+            plain[k] = v
+        else:
+            raise TypeError(f"Parameter {k!r}={v!r} of the model cannot be saved without "
+                            "pickle; set it to an int/float/str/None first.")
+    return plain, arrays
+
+
+def _estimator_class(name):
+    import dqkm
+
+    cls = getattr(dqkm, name, None)
+    if not (isinstance(cls, type) and hasattr(cls, "_set_state")):
+        raise ValueError(f"The model file names estimator {name!r}, which dqkm does not know.")
+    return cls
+
+
+def save(model, path, *, overwrite=False):
+    """Save a fitted dqkm model without pickle.
+
+    ``path`` ending in ``.npz``: one NumPy archive (``allow_pickle=False``)
+    holding the arrays and a JSON header; otherwise a Zarr v3 group (arrays +
+    JSON attributes).  Both carry ``format_version``.
+    """
+    arrays, meta = model._get_state()
+    params, param_arrays = _split_params(model.get_params(deep=False))
+    header = {"format_version": MODEL_FORMAT_VERSION, "estimator": type(model).__name__,
+              "params": params, "state": meta}
+    header = json.loads(json.dumps(header, default=_json_default))
+    arrays = {**arrays, **param_arrays}
+    if str(path).endswith(".npz"):
+        with _AtomicTarget(path, overwrite) as t:
+            with open(t.tmp, "wb") as f:
+                np.savez(f, __header__=np.frombuffer(json.dumps(header).encode(), np.uint8),
+                         **{k: np.asarray(v) for k, v in arrays.items()})
+        return path
+    return save_arrays({k: np.asarray(v) for k, v in arrays.items()}, path,
+                       overwrite=overwrite, attrs={"dqkm": header})
+
+
+def _read_header(path):
+    if str(path).endswith(".npz"):
+        with np.load(str(path), allow_pickle=False) as f:
+            header = json.loads(bytes(f["__header__"]).decode())
+            arrays = {k: f[k] for k in f.files if k != "__header__"}
+        return header, arrays
+    group = zarr.open(str(path), mode="r")
+    if not isinstance(group, zarr.Group) or "dqkm" not in group.attrs:
+        raise ValueError(f"{str(path)!r} is a Zarr store but not a dqkm model (no 'dqkm' "
+                         "attribute); data stores are read with dqkm.io.as_dask_array.")
+    header = dict(group.attrs["dqkm"])
+    arrays = {name: np.asarray(a[...]) for name, a in group.arrays()}
+    return header, arrays
+
+
+def load(path):
+    """Load a model written by :func:`save` (no code is executed from the file)."""
+    if not _is_url(path) and not Path(path).exists():
+        raise FileNotFoundError(f"No dqkm model at {str(path)!r}.")
+    header, arrays = _read_header(path)
+    version = header.get("format_version")
+    if version != MODEL_FORMAT_VERSION:
+        raise ValueError(f"{str(path)!r} has model format version {version}; this dqkm reads "
+                         f"version {MODEL_FORMAT_VERSION}.")
+    cls = _estimator_class(header["estimator"])
+    params = dict(header["params"])
+    for k in list(arrays):
+        if k.startswith("param__"):
+            params[k[len("param__"):]] = arrays.pop(k)
+    model = cls(**params)
+    return model._set_state(arrays, header["state"])
+
+
+def model_info(path) -> dict:
+    """The JSON header of a saved model (estimator, parameters, fitted scalars)."""
+    header, arrays = _read_header(path)
+    header["arrays"] = {k: (list(v.shape), str(v.dtype)) for k, v in arrays.items()}
+    return header
+
+

@@ -1,0 +1,210 @@
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans as SkKMeans
+from sklearn.datasets import load_digits, make_blobs
+
+import dqkm
+
+
+def _reference(X, init, **kw):
+    return SkKMeans(init.shape[0], init=init, n_init=1, algorithm="lloyd", **kw).fit(X)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X = load_digits().data
+    return X, X[np.random.default_rng(3).choice(len(X), 10, replace=False)]
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, _ = make_blobs(5000, 10, centers=6, cluster_std=2.5, random_state=1)
+    return X, X[:6].copy()
+
+
+@pytest.mark.parametrize("data", ["blobs", "digits"])
+@pytest.mark.parametrize("chunks", [None, 1000, 777, (1, 1499, 0, 3000, 500)])
+def test_same_labels_and_inertia_as_sklearn(request, data, chunks):
+    X, init = request.getfixturevalue(data)
+    ref = _reference(X, init)
+    if chunks is None:
+        km = dqkm.KMeans(init.shape[0], init=init).fit(X)
+        assert isinstance(km.labels_, np.ndarray)
+    else:
+        if isinstance(chunks, tuple):
+            chunks = tuple(c for c in chunks)
+            chunks = chunks[:-1] + (len(X) - sum(chunks[:-1]),)
+        km = dqkm.KMeans(init.shape[0], init=init).fit(da.from_array(X, chunks=(chunks, -1)))
+        assert isinstance(km.labels_, da.Array)
+        assert km.labels_.chunks[0] == km.labels_.chunks[0]
+    np.testing.assert_array_equal(np.asarray(km.labels_), ref.labels_)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+    # sklearn sums centers in another order; a point at a floating-point tie can
+    # flip once more there, costing it one more iteration to the same labels.
+    assert abs(km.n_iter_ - ref.n_iter_) <= 1
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-6, atol=1e-8)
+
+
+def test_same_labels_on_local_cluster(dist_client, digits):
+    X, init = digits
+    ref = _reference(X, init)
+    km = dqkm.KMeans(10, init=init).fit(da.from_array(X, chunks=(400, -1)))
+    assert dist_client is not None
+    np.testing.assert_array_equal(km.labels_.compute(), ref.labels_)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+
+
+def test_float32_stays_float32_and_labels_align(blobs):
+    X, init = blobs
+    Xd = da.from_array(X.astype(np.float32), chunks=(1200, -1))
+    km = dqkm.KMeans(6, init=init, random_state=0).fit(Xd)
+    assert km.cluster_centers_.dtype == np.float32
+    assert km.labels_.chunks == (Xd.chunks[0],)
+    ref = _reference(X.astype(np.float32), init.astype(np.float32))
+    assert (km.labels_.compute() == ref.labels_).mean() > 0.999
+
+
+@pytest.mark.parametrize("init", ["k-means++", "k-means||", "random"])
+def test_inits_reach_good_solutions(init, blobs):
+    X, _ = blobs
+    km = dqkm.KMeans(6, init=init, random_state=0).fit(da.from_array(X, chunks=(900, -1)))
+    best = min(SkKMeans(6, n_init=5, random_state=s).fit(X).inertia_ for s in range(2))
+    assert km.inertia_ <= 1.05 * best
+    km2 = dqkm.KMeans(6, init=init, random_state=0).fit(da.from_array(X, chunks=(900, -1)))
+    np.testing.assert_array_equal(km.cluster_centers_, km2.cluster_centers_)
+
+
+def test_history_shape_and_monotone_objective(digits):
+    X, init = digits
+    km = dqkm.KMeans(10, init=init).fit(X)
+    assert len(km.history_) == km.n_iter_
+    for rec in km.history_:
+        assert {"objective", "shift", "seconds", "empty_clusters"} <= set(rec)
+    obj = [r["objective"] for r in km.history_]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(obj, obj[1:]))
+
+
+def test_empty_cluster_keeps_previous_center():
+    X = np.array([[0.0], [0.1], [10.0], [10.1]])
+    init = np.array([[0.0], [10.0], [100.0]])
+    km = dqkm.KMeans(3, init=init, max_iter=5).fit(X)
+    assert km.cluster_centers_[2, 0] == 100.0
+    assert km.history_[0]["empty_clusters"] == [2]
+    assert np.isfinite(km.cluster_centers_).all()
+
+
+def test_predict_transform_score(blobs):
+    X, init = blobs
+    km = dqkm.KMeans(6, init=init).fit(X)
+    np.testing.assert_array_equal(km.predict(X), km.labels_)
+    Xd = da.from_array(X, chunks=(700, -1))
+    np.testing.assert_array_equal(km.predict(Xd).compute(), km.labels_)
+    T = km.transform(X)
+    assert T.shape == (len(X), 6)
+    np.testing.assert_array_equal(T.argmin(1), km.labels_)
+    np.testing.assert_allclose(km.transform(Xd).compute(), T)
+    assert km.score(X) == pytest.approx(-km.inertia_, rel=1e-9)
+    assert km.score(Xd) == pytest.approx(-km.inertia_, rel=1e-9)
+    np.testing.assert_array_equal(km.fit_predict(X), km.labels_)
+
+
+def test_n_init_keeps_best():
+    X, _ = make_blobs(2000, 5, centers=8, random_state=2)
+    single = [dqkm.KMeans(8, init="random", n_init=1, random_state=s).fit(X).inertia_
+              for s in range(3)]
+    multi = dqkm.KMeans(8, init="random", n_init=6, random_state=0).fit(X)
+    assert multi.inertia_ <= max(single)
+
+
+def test_save_load_roundtrip(tmp_path, blobs):
+    X, init = blobs
+    km = dqkm.KMeans(6, init=init).fit(X)
+    for name in ["m.zarr", "m.npz"]:
+        dqkm.save(km, tmp_path / name)
+        km2 = dqkm.load(tmp_path / name)
+        np.testing.assert_array_equal(km2.cluster_centers_, km.cluster_centers_)
+        np.testing.assert_array_equal(km2.predict(X), km.labels_)
+        assert km2.inertia_ == km.inertia_ and km2.history_ == km.history_
+        np.testing.assert_array_equal(km2.init, init)
+    np.load(tmp_path / "m.npz", allow_pickle=False)  # no pickled objects inside
+
+
+def test_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    # No expected failures: every check of scikit-learn 1.9 passes.
+    check_estimator(dqkm.KMeans(n_clusters=3, random_state=0, max_iter=30))
+
+
+# ----------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("value,match", [
+    (np.nan, "Input X contains NaN"),
+    (np.inf, "Input X contains infinity"),
+])
+def test_non_finite_detected_in_the_pass(value, match):
+    X = np.random.default_rng(0).standard_normal((500, 3))
+    X[321, 1] = value
+    Xd = da.from_array(X, chunks=(100, -1))
+    with pytest.raises(ValueError, match=match):
+        dqkm.KMeans(3, init=X[:3], random_state=0).fit(Xd)
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        dqkm.KMeans(3, random_state=0).fit(X)
+
+
+def test_bad_shapes_and_types():
+    with pytest.raises(ValueError, match="Expected a 2-D array"):
+        dqkm.KMeans(2).fit(da.ones(10, chunks=5))
+    with pytest.raises(ValueError, match="Expected a 2-D array"):
+        dqkm.KMeans(2).fit(da.ones((4, 3, 2), chunks=2))
+    with pytest.raises(ValueError, match="Expected 2D array"):
+        dqkm.KMeans(2).fit(np.ones(10))
+    with pytest.raises(TypeError, match="real numbers"):
+        dqkm.KMeans(2).fit(da.from_array(np.array([["a", "b"], ["c", "d"]])))
+    with pytest.raises(ValueError, match="could not convert|dtype"):
+        dqkm.KMeans(2).fit(np.array([["a", "b"], ["c", "d"]]))
+
+
+@pytest.mark.parametrize("k,match", [
+    (0, r"The 'n_clusters' parameter of KMeans must be an int in the range \[1, inf\)\. Got 0"),
+    (11, "n_samples=10 should be >= n_clusters=11"),
+])
+def test_bad_n_clusters(k, match):
+    with pytest.raises(ValueError, match=match):
+        dqkm.KMeans(k).fit(np.random.default_rng(0).standard_normal((10, 2)))
+
+
+def test_bad_params():
+    X = np.random.default_rng(0).standard_normal((20, 2))
+    with pytest.raises(ValueError, match="'init' parameter of KMeans must be one of"):
+        dqkm.KMeans(2, init="kmeans").fit(X)
+    with pytest.raises(ValueError, match=r"'init' array of KMeans must have shape"):
+        dqkm.KMeans(2, init=np.zeros((3, 2))).fit(X)
+    with pytest.raises(ValueError, match="'persist' parameter"):
+        dqkm.KMeans(2, persist="yes").fit(X)
+    with pytest.raises(ValueError, match="'tol' parameter"):
+        dqkm.KMeans(2, tol=-1.0).fit(X)
+    with pytest.raises(ValueError, match="'split_every' parameter"):
+        dqkm.KMeans(2, split_every=1).fit(X)
+
+
+def test_feature_chunked_input():
+    X = np.random.default_rng(0).standard_normal((100, 6))
+    km = dqkm.KMeans(2, init=X[:2]).fit(da.from_array(X, chunks=(30, 2)))  # small: rechunked
+    assert km.labels_.shape == (100,)
+    big = da.zeros((200_000, 400), chunks=(50_000, 100))
+    with pytest.raises(ValueError, match=r"X.rechunk\(\{1: -1\}\)"):
+        dqkm.KMeans(2).fit(big)
+
+
+def test_predict_errors():
+    X = np.random.default_rng(0).standard_normal((30, 3))
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        dqkm.KMeans(2).predict(X)
+    km = dqkm.KMeans(2, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3 features"):
+        km.predict(X[:, :2])
+    with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3 features"):
+        km.predict(da.from_array(X[:, :2]))

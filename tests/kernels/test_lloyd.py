@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from dqkm.kernels.lloyd import assign_labels, lloyd_partials
+
+
+def _brute(X, C):
+    d = ((X[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2).sum(-1)
+    lab = d.argmin(1)
+    return lab, d[np.arange(len(X)), lab]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 7, 300, 1000])
+def test_partials_match_brute_force(dtype, n):
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((n, 13)).astype(dtype)
+    C = rng.standard_normal((6, 13)).astype(dtype)
+    sums, counts, obj, labels, mind = lloyd_partials(X, C)
+    lab, dist = _brute(X, C)
+    np.testing.assert_array_equal(labels, lab)
+    np.testing.assert_allclose(mind, dist, rtol=1e-5)
+    np.testing.assert_allclose(obj, dist.sum(), rtol=1e-5)
+    assert counts.sum() == n and sums.dtype == np.float64
+    for k in range(6):
+        np.testing.assert_allclose(sums[k], X[lab == k].astype(np.float64).sum(0), rtol=1e-5,
+                                   atol=1e-4)
+        assert counts[k] == (lab == k).sum()
+
+
+def test_hand_worked_example_and_ties():
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [4.0, 0.0]])
+    C = np.array([[0.5, 0.0], [0.5, 0.0], [4.0, 0.0]])  # two equal centers: lower index wins
+    sums, counts, obj, labels, mind = lloyd_partials(X, C)
+    assert labels.tolist() == [0, 0, 2]
+    assert counts.tolist() == [2, 0, 1]
+    assert sums.tolist() == [[1.0, 0.0], [0.0, 0.0], [4.0, 0.0]]
+    assert obj == pytest.approx(0.5)
+    labels2, mind2 = assign_labels(X, C)
+    assert labels2.tolist() == [0, 0, 2] and mind2.tolist() == [0.25, 0.25, 0.0]
+
+
+def test_inputs_not_mutated_and_nan_propagates():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 4))
+    C = X[:3].copy()
+    X0, C0 = X.copy(), C.copy()
+    lloyd_partials(X, C)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(C, C0)
+    X[5, 2] = np.nan
+    assert not np.isfinite(lloyd_partials(X, C)[2])
+
+
+def test_kernels_do_not_import_dask():
+    import subprocess
+    import sys
+
+    code = "import sys, dqkm.kernels; assert 'dask' not in sys.modules, sorted(m for m in sys.modules if m.startswith('dask'))"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,60 @@
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from dask.core import get_dependencies
+
+from dqkm.parallel.engine import broadcast, compute, map_blocks_reduce, sum_partials
+
+
+def _chunk(block, c):
+    return (block.sum(axis=0) * c, block.shape[0])
+
+
+def _graph_shape(d):
+    dsk = dict(d.__dask_graph__())
+    deps = {k: get_dependencies(dsk, k) for k in dsk}
+    depth = {}
+
+    def walk(k):
+        if k not in depth:
+            depth[k] = 1 + max((walk(j) for j in deps[k]), default=0)
+        return depth[k]
+
+    return max(len(v) for v in deps.values()), walk(d.key), dsk, deps
+
+
+@pytest.mark.parametrize("n_blocks,split_every", [(64, 4), (64, 8), (10, 3), (1, 4)])
+def test_reduction_is_a_tree(n_blocks, split_every):
+    X = da.ones((n_blocks * 5, 3), chunks=(5, 3))
+    c = broadcast(np.float64(2.0))
+    d = map_blocks_reduce(X, _chunk, sum_partials, args=(c,), split_every=split_every)
+    max_deps, depth, dsk, deps = _graph_shape(d)
+    # every combine task has at most split_every inputs (chunk tasks: block + state)
+    assert max_deps <= max(split_every, 2)
+    # depth: block creation, chunk, then ceil(log_s(n)) combine levels
+    levels = int(np.ceil(np.log(n_blocks) / np.log(split_every) - 1e-12)) if n_blocks > 1 else 0
+    assert depth == 2 + levels
+    # the state is one key that all chunk tasks depend on (broadcast once)
+    users = [k for k, v in deps.items() if c.key in v]
+    assert len(users) == n_blocks
+    (total, count), = dask.compute(d)
+    np.testing.assert_allclose(total, [2.0 * n_blocks * 5] * 3)
+    assert count == n_blocks * 5
+
+
+def test_rejects_feature_chunks_and_bad_split_every():
+    X = da.ones((10, 4), chunks=(5, 2))
+    with pytest.raises(ValueError, match=r"rechunk\(\{1: -1\}\)"):
+        map_blocks_reduce(X, _chunk, sum_partials, args=(1.0,))
+    with pytest.raises(ValueError, match="split_every must be an int >= 2"):
+        map_blocks_reduce(da.ones((10, 4), chunks=(5, 4)), _chunk, sum_partials, args=(1.0,),
+                          split_every=1)
+
+
+def test_same_result_on_local_cluster(dist_client):
+    X = da.from_array(np.arange(60.0).reshape(20, 3), chunks=(3, 3))
+    d = map_blocks_reduce(X, _chunk, sum_partials, args=(broadcast(1.0),), split_every=2)
+    (total, count), = compute(d)
+    np.testing.assert_allclose(total, np.arange(60.0).reshape(20, 3).sum(0))
+    assert count == 20

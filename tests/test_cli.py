@@ -1,0 +1,73 @@
+"""The dqkm command end to end, in subprocesses, on small Zarr stores."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dqkm import io
+
+
+def run(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "dqkm", *map(str, args)], capture_output=True,
+                       text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    out = run("generate", "blobs", "--n-samples", 6000, "--n-features", 5, "--centers", 4,
+              "--chunks", 1500, "--out", d / "data.zarr", "--no-progress")
+    assert "wrote blobs X 6000 x 5" in out.stdout
+    return d
+
+
+def test_generate_fit_predict_info(store):
+    d = store
+    out = run("fit", "--algorithm", "kmeans", "--n-clusters", 4, d / "data.zarr",
+              "--out", d / "model.zarr", "--param", "init=\"k-means||\"")
+    assert "KMeans: n_clusters=4 inertia=" in out.stdout
+    assert "%" in out.stderr or "|" in out.stderr or "[" in out.stderr  # a progress bar
+    run("predict", d / "model.zarr", d / "data.zarr", "--out", d / "labels.zarr")
+    labels = io.load_array(d / "labels.zarr").compute()
+    y = io.load_array(d / "data.zarr", "y").compute()
+    from sklearn.metrics import adjusted_rand_score
+
+    assert labels.shape == (6000,) and adjusted_rand_score(y, labels) > 0.99
+    model = io.load(d / "model.zarr")
+    np.testing.assert_array_equal(model.predict(io.as_dask_array(d / "data.zarr")).compute(),
+                                  labels)
+    info = run("info", d / "model.zarr").stdout
+    assert "estimator: KMeans" in info and "cluster_centers_" in info and "n_iter_" in info
+
+
+def test_fit_on_local_cluster_prints_dashboard(store):
+    d = store
+    out = run("fit", "--n-clusters", 4, d / "data.zarr", "--out", d / "m2.npz",
+              "--scheduler", "local", "--n-workers", 1, "--no-progress")
+    assert "dashboard: http" in out.stdout
+    assert io.load(d / "m2.npz").cluster_centers_.shape == (4, 5)
+
+
+def test_existing_output_needs_overwrite(store):
+    d = store
+    run("fit", "--n-clusters", 2, d / "data.zarr", "--out", d / "m3.zarr", "--no-progress")
+    p = run("fit", "--n-clusters", 2, d / "data.zarr", "--out", d / "m3.zarr", check=False)
+    assert p.returncode == 2
+    assert "already exists; pass --overwrite" in p.stderr
+    run("fit", "--n-clusters", 3, d / "data.zarr", "--out", d / "m3.zarr", "--overwrite",
+        "--no-progress")
+    assert io.load(d / "m3.zarr").n_clusters == 3
+
+
+def test_bad_arguments_are_reported(store):
+    d = store
+    p = run("fit", "--n-clusters", 0, d / "data.zarr", "--out", d / "bad.zarr", check=False)
+    assert p.returncode == 2 and "'n_clusters' parameter of KMeans" in p.stderr
+    assert not (d / "bad.zarr").exists()
+    p = run("fit", "--n-clusters", 2, d / "missing.zarr", "--out", d / "bad.zarr", check=False)
+    assert p.returncode == 2 and "No Zarr store" in p.stderr
