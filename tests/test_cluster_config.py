@@ -1,0 +1,317 @@
+"""Cluster configs: schema validation, LocalCluster, TLS, and a real multi-process cluster."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import dask.array as da
+import numpy as np
+import pytest
+import yaml
+
+from dqkm import cluster_config
+from dqkm.cluster_config import (BACKENDS, CONFIG_DIR, available_configs, build_security,
+                                 dask_config_for, get_client, load_config)
+
+from ._multiprocess_cluster import MultiprocessCluster
+
+SHIPPED = ["existing", "kubernetes", "local", "pbs", "slurm", "ssh"]
+MTT = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+
+
+def _write(tmp_path, cfg, name="c.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+# ------------------------------------------------------------------ shipped files
+def test_every_backend_has_a_shipped_config():
+    assert available_configs() == SHIPPED
+    assert set(SHIPPED) == set(BACKENDS)
+    assert (CONFIG_DIR / "README.md").is_file()
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_config_validates_without_importing_backend(name):
+    # validation must work where dask-jobqueue / dask-kubernetes / asyncssh are absent,
+    # and must not import them where they are present
+    before = {m for m in ("dask_jobqueue", "dask_kubernetes", "asyncssh") if m in sys.modules}
+    by_name = load_config(name)
+    by_path = load_config(CONFIG_DIR / f"{name}.yaml")
+    assert by_name == by_path
+    assert by_name["backend"] == name
+    after = {m for m in ("dask_jobqueue", "dask_kubernetes", "asyncssh") if m in sys.modules}
+    assert after == before
+    # a validated config validates again unchanged (defaults are valid values)
+    assert load_config(by_name) == by_name
+
+
+def test_every_key_of_every_section_is_documented_in_readme():
+    readme = (CONFIG_DIR / "README.md").read_text()
+    for backend, (schema, _) in BACKENDS.items():
+        assert f"`{backend}`" in readme
+        for key in schema:
+            assert f"`{key}`" in readme, (backend, key)
+    for key in list(cluster_config._CLIENT) + list(cluster_config._SECURITY):
+        assert f"`{key}`" in readme, key
+
+
+def test_defaults_are_filled(tmp_path):
+    cfg = load_config({"backend": "local"})
+    assert cfg["local"]["memory_limit"] == "auto"
+    assert cfg["local"]["malloc_trim_threshold"] is None
+    assert cfg["client"]["wait_for_workers"] == 0
+    assert cfg["security"] is None
+    cfg = load_config("local", overrides={"local": {"n_workers": 3}, "client": {"timeout": 5}})
+    assert cfg["local"]["n_workers"] == 3 and cfg["local"]["threads_per_worker"] == 1
+    assert cfg["client"]["timeout"] == 5
+
+
+def test_malloc_trim_threshold_maps_to_nanny_config():
+    assert dask_config_for(load_config("local"))[MTT] is None
+    cfg = load_config({"backend": "local", "local": {"malloc_trim_threshold": 65536},
+                       "dask_config": {"distributed.comm.timeouts.connect": "20s"}})
+    assert dask_config_for(cfg) == {MTT: 65536, "distributed.comm.timeouts.connect": "20s"}
+    assert dask_config_for(load_config("slurm")) == {}
+
+
+# ------------------------------------------------------------------ errors
+def test_unknown_key_names_key_section_and_file(tmp_path):
+    raw = yaml.safe_load((CONFIG_DIR / "ssh.yaml").read_text())
+    raw["ssh"]["hostz"] = raw["ssh"].pop("hosts")
+    path = tmp_path / "cluster_configs" / "ssh.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=r"cluster_configs/ssh\.yaml: unknown key 'hostz' in "
+                                         r"section 'ssh'; allowed: hosts, connect_options, "):
+        load_config(path)
+
+
+def test_missing_required_key_names_it(tmp_path):
+    path = _write(tmp_path, {"backend": "slurm", "slurm": {"cores": 4}})
+    with pytest.raises(ValueError, match=r"c\.yaml: missing required key 'memory' in section "
+                                         r"'slurm'"):
+        load_config(path)
+    with pytest.raises(ValueError, match="missing required key 'backend'"):
+        load_config({"local": {}})
+    with pytest.raises(ValueError, match="missing required key 'name' in section 'kubernetes'"):
+        load_config({"backend": "kubernetes", "kubernetes": {"n_workers": 1}})
+    with pytest.raises(ValueError, match="missing required section 'existing'"):
+        load_config({"backend": "existing"})
+    with pytest.raises(ValueError, match="missing required key 'tls_client_cert' in section "
+                                         "'security'"):
+        load_config({"backend": "existing", "existing": {"address": "tls://127.0.0.1:1"},
+                     "security": {"tls_ca_file": "ca.pem"}})
+
+
+@pytest.mark.parametrize("raw, err, match", [
+    ({"backend": "yarn"}, ValueError, r"'backend' must be one of local, existing, ssh, slurm, "
+                                      r"pbs, kubernetes; got 'yarn'"),
+    ({"backend": "local", "slurm": {}}, ValueError,
+     r"unknown top-level key 'slurm' \(section 'slurm' belongs to backend 'slurm', but "
+     r"backend is 'local'\)"),
+    ({"backend": "local", "local": {"n_workers": "two"}}, TypeError,
+     r"key 'n_workers' in section 'local' must be int or null; got str 'two'"),
+    ({"backend": "local", "local": {"processes": "yes"}}, TypeError,
+     r"'processes' in section 'local' must be bool; got str"),
+    ({"backend": "local", "local": {"n_workers": 0}}, ValueError,
+     r"'n_workers' in section 'local' must be >= 1; got 0"),
+    ({"backend": "local", "local": []}, TypeError, r"section 'local' must be a mapping"),
+    ({"backend": "existing", "existing": {"address": "tcp://a:1", "scheduler_file": "s"}},
+     ValueError, r"exactly one of 'address' or 'scheduler_file'; got \['address', "
+                 r"'scheduler_file'\]"),
+    ({"backend": "ssh", "ssh": {"hosts": ["a"]}}, ValueError,
+     r"'hosts' in section 'ssh' must list the scheduler host then at least one worker"),
+    ({"backend": "ssh", "ssh": {"hosts": ["a", 3]}}, TypeError,
+     r"'hosts' in section 'ssh' must be list\[str\]"),
+    ({"backend": "ssh", "ssh": {"hosts": ["a", "b"], "connect_options": [{}]}}, ValueError,
+     r"one per host \(2\); got a list of 1"),
+    ({"backend": "slurm", "slurm": {"cores": 1, "memory": "1GB", "jobs": 2, "n_workers": 2}},
+     ValueError, r"at most one of 'jobs', 'n_workers' or 'adapt'; got \['jobs', 'n_workers'\]"),
+    ({"backend": "pbs", "pbs": {"cores": 1, "memory": "1GB", "adapt": {"maximum": 3}}},
+     ValueError, r"unknown key 'maximum' in section 'pbs.adapt'; allowed: minimum_jobs, "
+                 r"maximum_jobs"),
+    ({"backend": "pbs", "pbs": {"cores": 1, "memory": "1GB",
+                                "adapt": {"minimum_jobs": 4, "maximum_jobs": 2}}},
+     ValueError, r"0 <= minimum_jobs <= maximum_jobs; got minimum_jobs=4, maximum_jobs=2"),
+    ({"backend": "kubernetes", "kubernetes": {"name": "x", "resources": {"request": {}}}},
+     ValueError, r"unknown key 'request' in section 'kubernetes.resources'"),
+    ({"backend": "kubernetes", "kubernetes": {"name": "x"},
+      "security": {"tls_ca_file": "a", "tls_client_cert": "b"}}, ValueError,
+     r"backend 'kubernetes' does not take a 'security' section"),
+    ({"backend": "local", "client": {"wait_for_workers": -1}}, ValueError,
+     r"'wait_for_workers' in section 'client' must be >= 0"),
+    ({"backend": "local", "dask_config": ["a"]}, TypeError,
+     r"section 'dask_config' must map dask config keys"),
+])
+def test_bad_values_are_rejected(raw, err, match):
+    with pytest.raises(err, match=match):
+        load_config(raw)
+
+
+def test_bad_path_or_name(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown cluster config 'lokal': not a file, nor one "
+                                         r"of the shipped configs \(existing, kubernetes, local"):
+        load_config("lokal")
+    with pytest.raises(FileNotFoundError, match=r"cluster config file '.*nope\.yaml' does not"):
+        load_config(str(tmp_path / "nope.yaml"))
+    with pytest.raises(TypeError, match=r"'path_or_name' parameter must be a path, the name of "
+                                        r"a shipped config .* or a dict; got int"):
+        load_config(3)
+    with pytest.raises(TypeError, match=r"'overrides' parameter must be a dict; got list"):
+        load_config("local", overrides=[1])
+    with pytest.raises(TypeError, match=r"l\.yaml: a cluster config must be a mapping with a "
+                                        r"'backend' key; got list"):
+        load_config(_write(tmp_path, ["backend", "local"], "l.yaml"))
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(TypeError, match=r"empty\.yaml: .* got null"):
+        load_config(tmp_path / "empty.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backend: [local\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml: not valid YAML"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize("backend, module, package", [
+    ("slurm", "dask_jobqueue", "dask-jobqueue"),
+    ("pbs", "dask_jobqueue", "dask-jobqueue"),
+    ("kubernetes", "dask_kubernetes.operator", "dask-kubernetes"),
+    ("ssh", "asyncssh", "asyncssh"),
+])
+def test_missing_optional_backend_names_the_extra(monkeypatch, backend, module, package):
+    # a None entry in sys.modules makes `import module` raise ImportError, installed or not
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ImportError, match=rf"the '{backend}' cluster backend needs {package}"
+                                          rf".*pip install 'dqkm\[cluster\]'"):
+        get_client(backend)
+
+
+# ------------------------------------------------------------------ LocalCluster
+def test_local_yaml_starts_a_cluster_and_computes(monkeypatch):
+    # an earlier nanny in this process may have exported the variable; its absence in the
+    # workers is what malloc_trim_threshold: null promises
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    client = get_client("local", overrides={"local": {"dashboard_address": ":0"}})
+    try:
+        cluster = client.cluster
+        assert type(cluster).__name__ == "LocalCluster"
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        assert len(info) == 2
+        assert sorted(w["nthreads"] for w in info.values()) == [1, 1]
+        assert client.dashboard_link.startswith("http://")
+        envs = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert list(envs.values()) == [None, None]
+        x = da.arange(1000, chunks=100)
+        assert int((x * 2).sum().compute()) == 999_000
+        pids = set(client.run(os.getpid).values())
+        assert len(pids) == 2 and os.getpid() not in pids
+    finally:
+        client.close()
+    assert client.status == "closed"
+    assert cluster.status.name == "closed"
+
+
+def _openssl_cert(tmp_path):
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is needed to make a self-signed certificate "
+                    "(the cryptography package is not installed either)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_security_section_maps_to_security_object(tmp_path):
+    cert, key = _openssl_cert(tmp_path)
+    sec = load_config({"backend": "existing", "existing": {"address": "tls://127.0.0.1:1"},
+                       "security": {"tls_ca_file": str(cert), "tls_client_cert": str(cert),
+                                    "tls_client_key": str(key),
+                                    "tls_worker_cert": str(cert)}})["security"]
+    s = build_security(sec)
+    assert s.require_encryption is True
+    assert (s.tls_ca_file, s.tls_client_cert, s.tls_client_key) == (str(cert), str(cert),
+                                                                     str(key))
+    # scheduler and worker certificates default to the client's
+    assert (s.tls_scheduler_cert, s.tls_scheduler_key) == (str(cert), str(key))
+    assert (s.tls_worker_cert, s.tls_worker_key) == (str(cert), str(key))
+    sec["tls_client_key"] = str(tmp_path / "missing.pem")
+    with pytest.raises(FileNotFoundError, match=r"key 'tls_client_key' names '.*missing\.pem', "
+                                                r"which is not a file"):
+        build_security(sec)
+
+
+def test_tls_local_cluster(tmp_path):
+    cert, key = _openssl_cert(tmp_path)
+    cfg = {"backend": "local",
+           "local": {"n_workers": 1, "threads_per_worker": 1, "processes": False,
+                     "dashboard_address": None},
+           "security": {"tls_ca_file": str(cert), "tls_client_cert": str(cert),
+                        "tls_client_key": str(key)}}
+    with get_client(_write(tmp_path, cfg)) as client:
+        assert client.scheduler.address.startswith("tls://127.0.0.1:")
+        assert client.submit(sum, [1, 2, 3]).result() == 6
+        cluster = client.cluster
+    assert cluster.status.name == "closed"
+
+
+# ------------------------------------------------------------------ multi-process cluster
+@pytest.fixture(scope="module")
+def mp_cluster(tmp_path_factory, request):
+    """A scheduler and two workers, each its own process, on 127.0.0.1."""
+    cluster = MultiprocessCluster(tmp_path_factory.mktemp("mpcluster"), n_workers=2,
+                                  timeout=60)
+    request.addfinalizer(cluster.close)
+    return cluster.start()
+
+
+@pytest.fixture
+def existing_config(mp_cluster, tmp_path):
+    raw = yaml.safe_load((CONFIG_DIR / "existing.yaml").read_text())
+    raw["existing"]["address"] = mp_cluster.address
+    raw["client"].update(timeout=30, wait_for_workers=2, wait_timeout=30)
+    return _write(tmp_path, raw, "existing.yaml")
+
+
+def test_existing_config_connects_to_subprocess_cluster(mp_cluster, existing_config):
+    with get_client(existing_config) as client:
+        assert client.cluster is None
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        assert sorted(w["name"] for w in workers.values()) == ["worker0", "worker1"]
+        assert all(a.startswith("tcp://127.0.0.1:") for a in workers)
+        pids = set(client.run(os.getpid).values())
+        assert len(pids) == 2 and os.getpid() not in pids
+        x = da.random.default_rng(0).random((2000, 4), chunks=250)
+        np.testing.assert_allclose(x.mean(axis=0).compute(), x.compute().mean(axis=0))
+    # closing the client leaves an existing cluster running
+    with get_client(load_config(existing_config)) as client:
+        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
+    via_file = {"backend": "existing",
+                "existing": {"scheduler_file": str(mp_cluster.scheduler_file)}}
+    with get_client(via_file) as client:
+        assert client.scheduler.address == mp_cluster.address
+
+
+def test_kmeans_fit_on_subprocess_cluster_matches_sklearn(existing_config):
+    import sklearn.cluster
+    from sklearn.datasets import make_blobs
+
+    import dqkm
+
+    X, _ = make_blobs(n_samples=3000, n_features=5, centers=3, cluster_std=2.0,
+                      random_state=0)
+    init = X[[0, 1, 2]].copy()
+    ref = sklearn.cluster.KMeans(n_clusters=3, init=init, n_init=1, algorithm="lloyd",
+                                 random_state=0).fit(X)
+    with get_client(existing_config):
+        km = dqkm.KMeans(n_clusters=3, init=init, random_state=0).fit(
+            da.from_array(X, chunks=(700, 5)))
+        labels = np.asarray(km.labels_.compute())
+    np.testing.assert_array_equal(labels, ref.labels_)
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-6)
+    np.testing.assert_allclose(km.inertia_, ref.inertia_, rtol=1e-6)
+    assert km.n_iter_ == ref.n_iter_
