@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["lloyd_partials", "assign_labels", "squared_norms"]
+__all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products"]
 
 _TILE = 256
 
@@ -75,6 +75,66 @@ def _assign_tile_loop(X, centers, center_norms, labels, mind):  # OUT labels, mi
                 diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
                 dist += diff * diff
             mind[r] = dist
+
+
+@njit(nogil=True, cache=True)
+def _from_products_loop(X, G, center_norms, centers, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
+    n, d = X.shape
+    k = G.shape[1]
+    objective = 0.0
+    for r in range(n):
+        best = np.inf
+        arg = 0
+        for j in range(k):
+            v = center_norms[j] - 2.0 * G[r, j]
+            if v < best:
+                best = v
+                arg = j
+        labels[r] = arg
+        dist = 0.0
+        if with_sums:
+            counts[arg] += 1
+            for f in range(d):
+                xv = X[r, f]
+                sums[arg, f] += xv
+                diff = np.float64(xv) - np.float64(centers[arg, f])
+                dist += diff * diff
+        else:
+            for f in range(d):
+                diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
+                dist += diff * diff
+        mind[r] = dist
+        objective += dist
+    return objective
+
+
+def partials_from_products(X, G, center_norms, centers, *, with_sums=True):
+    """Finish a Lloyd step from precomputed products ``G = X·Cᵀ``.
+
+    Used when the centers are a fast operator (QK-means's sparse factors):
+    the operator computes ``G`` cheaply, this kernel takes the argmin of
+    ``‖c‖² − 2G`` and accumulates the sums, counts and the exact objective
+    (``centers`` is the dense form of the operator, read once per row).
+
+    Returns the same tuple as :func:`lloyd_partials`:
+    ``(sums, counts, objective, labels, min_sq_dist)``; with
+    ``with_sums=False`` the sums and counts are zero.
+    """
+    X, centers = _prepare(X, centers)
+    G = np.ascontiguousarray(G)
+    n, d = X.shape
+    k = centers.shape[0]
+    if G.shape != (n, k):
+        raise ValueError(f"G must have shape (n_rows, n_clusters) = {(n, k)}; got {G.shape}.")
+    sums = np.zeros((k, d), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.int64)
+    labels = np.empty(n, dtype=np.int32)
+    mind = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return sums, counts, 0.0, labels, mind
+    norms = np.ascontiguousarray(center_norms, dtype=G.dtype)
+    obj = _from_products_loop(X, G, norms, centers, sums, counts, labels, mind, with_sums)
+    return sums, counts, float(obj), labels, mind
 
 
 def squared_norms(A):

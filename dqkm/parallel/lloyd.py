@@ -124,7 +124,7 @@ def tolerance_from_moments(moments, tol):
 
 
 def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback=None,
-          start_iter=0, history=None):
+          start_iter=0, history=None, update=None):
     """Lloyd iterations until the squared center shift is at most ``tol``.
 
     ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
@@ -132,7 +132,8 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
     iteration; memory per worker: a few chunks plus K×D float64 partials.
 
     Empty clusters keep their previous center and are listed in ``history``
-    under ``empty_clusters``.
+    under ``empty_clusters``.  ``update``, if given, maps the new centers
+    (float64) to the centers actually used (e.g. a projection, for K-means-ℓ1).
     """
     centers = np.array(init_centers, dtype=X.dtype, copy=True)
     history = list(history or [])
@@ -153,6 +154,8 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
         new = centers.astype(np.float64, copy=True)
         nz = counts > 0
         new[nz] = res["sums"][nz] / counts[nz, None]
+        if update is not None:
+            new = update(new)
         new = new.astype(X.dtype)
         shift = float(((new.astype(np.float64) - centers) ** 2).sum())
         obj = float(res["objective"])

@@ -58,3 +58,23 @@ def test_kernels_do_not_import_dask():
 
     code = "import sys, dqkm.kernels; assert 'dask' not in sys.modules, sorted(m for m in sys.modules if m.startswith('dask'))"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_partials_from_products_equal_dense_kernel(dtype):
+    from dqkm.kernels.lloyd import partials_from_products, squared_norms
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((400, 9)).astype(dtype)
+    C = rng.standard_normal((5, 9)).astype(dtype)
+    ref = lloyd_partials(X, C)
+    out = partials_from_products(X, X @ C.T, squared_norms(C), C)
+    np.testing.assert_array_equal(out[3], ref[3])
+    np.testing.assert_allclose(out[0], ref[0], rtol=1e-6)
+    np.testing.assert_array_equal(out[1], ref[1])
+    assert out[2] == pytest.approx(ref[2], rel=1e-9)
+    no_sums = partials_from_products(X, X @ C.T, squared_norms(C), C, with_sums=False)
+    np.testing.assert_array_equal(no_sums[3], ref[3])
+    assert no_sums[1].sum() == 0
+    with pytest.raises(ValueError, match="G must have shape"):
+        partials_from_products(X, (X @ C.T)[:, :3], squared_norms(C), C)

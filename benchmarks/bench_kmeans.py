@@ -1,0 +1,215 @@
+"""Lloyd K-means per iteration: dqkm vs scikit-learn vs dask-ml vs the GEMM bound.
+
+Same data (float32, generated once and written to Zarr), same initial centers,
+``tol=0`` and a fixed number of iterations for every method.  Prints seconds per
+iteration and ratios.  Run:
+
+    .venv/bin/python benchmarks/bench_kmeans.py            # cases (a) and (b)
+    .venv/bin/python benchmarks/bench_kmeans.py --quick    # smaller, for a smoke run
+    .venv/bin/python benchmarks/bench_kmeans.py --memory   # out-of-core: store 2x the cluster memory
+
+Case (a): 200k × 256, K = 64.  Case (b): 100k × 1024, K = 512.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import dqkm  # noqa: E402
+from dqkm import datasets  # noqa: E402
+
+NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
+def per_iter(fit, n_iter, repeat=1):
+    best = np.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        model = fit()
+        dt = time.perf_counter() - t0
+        it = getattr(model, "n_iter_", n_iter)
+        best = min(best, dt / max(int(np.max(it)), 1))
+    return best
+
+
+def gemm_time(X, C, repeat=3):
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(2):
+        best = np.inf
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            X @ C.T
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
+    from distributed import Client, LocalCluster
+    from sklearn.cluster import KMeans as SkKMeans
+
+    path = f"{tmp}/{name}.zarr"
+    X, _ = datasets.make_blobs(n, d, k, cluster_std=4.0, random_state=0, path=path,
+                               chunks=max(1, n // 16))
+    Xz = dqkm.io.as_dask_array(path)
+    Xn = Xz.compute()
+    init = Xn[np.random.default_rng(1).choice(n, k, replace=False)]
+    rows = {}
+    kw = dict(n_clusters=k, init=init, max_iter=n_iter, tol=0.0)
+
+    rows["sklearn KMeans (lloyd, in memory)"] = per_iter(
+        lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(Xn), n_iter)
+    rows["one X·Cᵀ GEMM (2 BLAS threads)"] = gemm_time(Xn, init)
+
+    Xp = Xz.persist()
+    with dask.config.set(scheduler="threads"):
+        dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xp)  # numba compile/warm-up
+        rows["dqkm KMeans, threads, persisted"] = per_iter(
+            lambda: dqkm.KMeans(persist=True, **kw).fit(Xp), n_iter)
+        rows["dqkm KMeans, threads, from Zarr"] = per_iter(
+            lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
+    del Xp
+    with dask.config.set(NO_TRIM):
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                               silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        client.run(lambda: None)
+        dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xz)  # compile (or load the numba cache) on workers
+        Xc = client.persist(Xz)
+        rows["dqkm KMeans, LocalCluster 2×1, persisted"] = per_iter(
+            lambda: dqkm.KMeans(persist=True, **kw).fit(Xc), n_iter)
+        del Xc
+        rows["dqkm KMeans, LocalCluster 2×1, from Zarr"] = per_iter(
+            lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
+        if with_daskml:
+            try:
+                from dask_ml.cluster import KMeans as DmKMeans
+            except ImportError:
+                rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = "not installed"
+            else:
+                rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = per_iter(
+                    lambda: DmKMeans(init=init, n_clusters=k, max_iter=n_iter, tol=0.0,
+                                     random_state=0).fit(Xz), n_iter)
+    if with_daskml:
+        try:
+            from dask_ml.cluster import KMeans as DmKMeans
+        except ImportError:
+            rows["dask-ml KMeans, threads, from Zarr"] = "not installed"
+        else:
+            with dask.config.set(scheduler="threads"):
+                rows["dask-ml KMeans, threads, from Zarr"] = per_iter(
+                    lambda: DmKMeans(init=init, n_clusters=k, max_iter=n_iter, tol=0.0,
+                                     random_state=0).fit(Xz), n_iter)
+    return rows
+
+
+def print_table(name, rows):
+    sk = rows["sklearn KMeans (lloyd, in memory)"]
+    gemm = rows["one X·Cᵀ GEMM (2 BLAS threads)"]
+    dm = rows.get("dask-ml KMeans, threads, from Zarr")
+    print(f"\n### {name}\n")
+    print("| method | s / iteration | × sklearn | × GEMM | × dask-ml (threads) |")
+    print("|---|---|---|---|---|")
+    for label, t in rows.items():
+        if isinstance(t, str):
+            print(f"| {label} | {t} | | | |")
+            continue
+        r_dm = f"{t / dm:.2f}" if isinstance(dm, float) else "–"
+        print(f"| {label} | {t:.3f} | {t / sk:.2f} | {t / gemm:.2f} | {r_dm} |")
+
+
+def memory_case(tmp, quick=False):
+    """A store twice the cluster's memory_limit, persist=False: peak worker memory."""
+    from distributed import Client, LocalCluster
+
+    limit = 300e6 if quick else 600e6
+    n_workers = 2
+    d = 64
+    n = int(2 * n_workers * limit / (4 * d))
+    path = f"{tmp}/big.zarr"
+    t0 = time.perf_counter()
+    datasets.make_blobs(n, d, 64, random_state=0, path=path, chunks=200_000)
+    print(f"\nwrote {n:,} × {d} float32 ({n * d * 4 / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f}s; "
+          f"cluster memory_limit {n_workers} × {limit / 1e6:.0f} MB")
+    with dask.config.set(NO_TRIM):
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                               memory_limit=int(limit), dashboard_address=None,
+                               silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        def rss():
+            import psutil
+
+            return psutil.Process().memory_info().rss
+
+        peaks = {}
+
+        def sample():
+            for w, v in client.run(rss).items():
+                peaks[w] = max(peaks.get(w, 0), v)
+
+        pids0 = client.run(os.getpid)
+        X = dqkm.io.as_dask_array(path)
+        import threading
+
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                try:
+                    sample()
+                except Exception:
+                    pass
+                time.sleep(0.2)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        t0 = time.perf_counter()
+        km = dqkm.KMeans(64, init="k-means++", max_iter=5, tol=0, persist=False,
+                         random_state=0).fit(X)
+        seconds = time.perf_counter() - t0
+        stop.set()
+        th.join()
+        restarted = pids0 != client.run(os.getpid)
+    print(f"KMeans on {X.nbytes / 1e9:.2f} GB with persist=False: {km.n_iter_} iterations in "
+          f"{seconds:.1f}s; workers restarted: {restarted}; peak worker RSS "
+          + ", ".join(f"{v / 1e6:.0f} MB" for v in peaks.values()))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--memory", action="store_true")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--no-dask-ml", action="store_true")
+    args = p.parse_args()
+    import sklearn
+
+    print(f"dqkm {dqkm.__version__}, dask {dask.__version__}, sklearn {sklearn.__version__}, "
+          f"numpy {np.__version__}; {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.memory:
+            memory_case(tmp, args.quick)
+            return
+        cases = [("(a) 200k × 256, K = 64", 200_000, 256, 64),
+                 ("(b) 100k × 1024, K = 512", 100_000, 1024, 512)]
+        if args.quick:
+            cases = [("quick 20k × 64, K = 16", 20_000, 64, 16)]
+        for name, n, d, k in cases:
+            rows = run_case(name.split()[0], n, d, k, args.iters, tmp,
+                            with_daskml=not args.no_dask_ml)
+            print_table(name, rows)
+
+
+if __name__ == "__main__":
+    main()
