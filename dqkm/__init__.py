@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "KMeans": "dqkm.cluster.kmeans",
+    "KMeansL1": "dqkm.cluster.kmeans_l1",
     "save": "dqkm.io",
     "load": "dqkm.io",
 }
