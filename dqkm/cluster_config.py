@@ -28,6 +28,7 @@ Examples
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import os
@@ -175,24 +176,20 @@ _OPTIONAL = {
 
 
 # ------------------------------------------------------------------------ validation
-def _kind_ok(kind, value):
-    if kind == "null":
-        return value is None
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "dict":
-        return isinstance(value, dict)
-    if kind == "list[str]":
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if kind == "list[dict]":
-        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-    raise AssertionError(f"unknown kind {kind!r}")  # pragma: no cover - schema bug
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_KIND_CHECKS = {
+    "null": lambda v: v is None,
+    "bool": lambda v: isinstance(v, bool),
+    "int": _is_int,
+    "number": lambda v: _is_int(v) or isinstance(v, float),
+    "str": lambda v: isinstance(v, str),
+    "dict": lambda v: isinstance(v, dict),
+    "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "list[dict]": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+}
 
 
 def _type_name(value):
@@ -216,45 +213,29 @@ def _check_section(data, schema, section, source):
             if spec.required:
                 raise ValueError(f"{source}: missing required key {key!r} in section "
                                  f"{section!r} ({spec.doc}).")
-            out[key] = _copy(spec.default)
+            out[key] = copy.deepcopy(spec.default)
             continue
         value = data[key]
-        if not any(_kind_ok(kind, value) for kind in spec.kinds):
+        if not any(_KIND_CHECKS[kind](value) for kind in spec.kinds):
             raise TypeError(f"{source}: key {key!r} in section {section!r} must be "
                             f"{' or '.join(spec.kinds)}; got {_type_name(value)} {value!r}.")
-        out[key] = _copy(value)
+        out[key] = copy.deepcopy(value)
     return out
 
 
-def _copy(value):
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
-def _check_non_negative(section, values, source, keys):
+def _check_min(section, values, source, keys, low):
     for key in keys:
         v = values.get(key)
-        if v is not None and v < 0:
-            raise ValueError(f"{source}: key {key!r} in section {section!r} must be >= 0; "
-                             f"got {v!r}.")
-
-
-def _check_positive(section, values, source, keys):
-    for key in keys:
-        v = values.get(key)
-        if v is not None and v < 1:
-            raise ValueError(f"{source}: key {key!r} in section {section!r} must be >= 1; "
+        if v is not None and v < low:
+            raise ValueError(f"{source}: key {key!r} in section {section!r} must be >= {low}; "
                              f"got {v!r}.")
 
 
 def _check_backend_rules(backend, sec, source):
     """Rules that span several keys of a backend section."""
     if backend == "local":
-        _check_positive("local", sec, source, ["n_workers", "threads_per_worker"])
-        _check_non_negative("local", sec, source, ["scheduler_port", "malloc_trim_threshold"])
+        _check_min("local", sec, source, ["n_workers", "threads_per_worker"], 1)
+        _check_min("local", sec, source, ["scheduler_port", "malloc_trim_threshold"], 0)
     elif backend == "existing":
         given = [k for k in ("address", "scheduler_file") if sec[k] is not None]
         if len(given) != 1:
@@ -273,8 +254,8 @@ def _check_backend_rules(backend, sec, source):
                              f"mapping, or a list with one per host ({len(sec['hosts'])}); "
                              f"got a list of {len(co)}.")
     elif backend in ("slurm", "pbs"):
-        _check_positive(backend, sec, source, ["cores", "processes"])
-        _check_non_negative(backend, sec, source, ["jobs", "n_workers"])
+        _check_min(backend, sec, source, ["cores", "processes"], 1)
+        _check_min(backend, sec, source, ["jobs", "n_workers"], 0)
         scaling = [k for k in ("jobs", "n_workers", "adapt") if sec[k] is not None]
         if len(scaling) > 1:
             raise ValueError(f"{source}: section {backend!r} takes at most one of 'jobs', "
@@ -284,7 +265,7 @@ def _check_backend_rules(backend, sec, source):
                                           source)
             _check_adapt(sec["adapt"], "minimum_jobs", "maximum_jobs", f"{backend}.adapt", source)
     elif backend == "kubernetes":
-        _check_non_negative("kubernetes", sec, source, ["n_workers"])
+        _check_min("kubernetes", sec, source, ["n_workers"], 0)
         if sec["resources"] is not None:
             sec["resources"] = _check_section(sec["resources"], _KUBE_RESOURCES,
                                               "kubernetes.resources", source)
@@ -350,7 +331,7 @@ def validate_config(raw, source="<dict>"):
                          f"(e.g. tcp://127.0.0.1:8786) or 'scheduler_file'.")
     _check_backend_rules(backend, sec, source)
     client = _check_section(raw.get("client"), _CLIENT, "client", source)
-    _check_non_negative("client", client, source, ["wait_for_workers"])
+    _check_min("client", client, source, ["wait_for_workers"], 0)
     security = raw.get("security")
     if security is not None:
         security = _check_section(security, _SECURITY, "security", source)
@@ -489,9 +470,9 @@ def _import_backend(backend):
     return getattr(mod, attr) if attr else mod
 
 
-def _kwargs(section, keys, keep_none=()):
+def _kwargs(section, keys):
     """Keyword arguments from ``keys`` of a section; None means 'backend default'."""
-    return {k: section[k] for k in keys if section[k] is not None or k in keep_none}
+    return {k: section[k] for k in keys if section[k] is not None}
 
 
 def _start_cluster(cfg, security):
@@ -501,9 +482,9 @@ def _start_cluster(cfg, security):
     if backend == "local":
         from distributed import LocalCluster
 
-        kw = _kwargs(sec, ["n_workers", "threads_per_worker", "memory_limit", "processes",
-                           "dashboard_address", "host", "scheduler_port", "local_directory"],
-                     keep_none=("dashboard_address",))
+        # LocalCluster's own defaults are None except for these two, where None means
+        # "no dashboard" and "no memory limit": pass every key as written
+        kw = {k: v for k, v in sec.items() if k != "malloc_trim_threshold"}
         if security is not None:
             kw["protocol"] = "tls://"
         return LocalCluster(**kw, **extra)

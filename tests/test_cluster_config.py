@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import dask.array as da
 import numpy as np
@@ -201,6 +203,7 @@ def test_local_yaml_starts_a_cluster_and_computes(monkeypatch):
         assert len(info) == 2
         assert sorted(w["nthreads"] for w in info.values()) == [1, 1]
         assert client.dashboard_link.startswith("http://")
+        assert _http_status(client, "/status") == 200
         envs = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert list(envs.values()) == [None, None]
         x = da.arange(1000, chunks=100)
@@ -211,6 +214,15 @@ def test_local_yaml_starts_a_cluster_and_computes(monkeypatch):
         client.close()
     assert client.status == "closed"
     assert cluster.status.name == "closed"
+
+
+def _http_status(client, path):
+    port = client.scheduler_info()["services"]["dashboard"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=20) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def _openssl_cert(tmp_path):
@@ -249,12 +261,16 @@ def test_tls_local_cluster(tmp_path):
     cert, key = _openssl_cert(tmp_path)
     cfg = {"backend": "local",
            "local": {"n_workers": 1, "threads_per_worker": 1, "processes": False,
-                     "dashboard_address": None},
+                     "dashboard_address": None, "memory_limit": None},
            "security": {"tls_ca_file": str(cert), "tls_client_cert": str(cert),
                         "tls_client_key": str(key)}}
     with get_client(_write(tmp_path, cfg)) as client:
         assert client.scheduler.address.startswith("tls://127.0.0.1:")
         assert client.submit(sum, [1, 2, 3]).result() == 6
+        # null dashboard_address and memory_limit reach LocalCluster as None: none at all
+        assert _http_status(client, "/status") == 404  # the scheduler's HTTP server, no pages
+        (worker,) = client.scheduler_info(n_workers=-1)["workers"].values()
+        assert not worker["memory_limit"]
         cluster = client.cluster
     assert cluster.status.name == "closed"
 
