@@ -331,3 +331,25 @@ def test_kmeans_fit_on_subprocess_cluster_matches_sklearn(existing_config):
     np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=1e-6)
     np.testing.assert_allclose(km.inertia_, ref.inertia_, rtol=1e-6)
     assert km.n_iter_ == ref.n_iter_
+
+
+def test_cli_fit_with_cluster_file(existing_config, tmp_path, capsys):
+    from dqkm import cli, datasets, io
+
+    data = tmp_path / "blobs.zarr"
+    with get_client(existing_config):  # generate the Zarr store on the cluster too
+        X, _ = datasets.make_blobs(4000, 3, 4, chunks=1000, random_state=0, path=str(data))
+    out = tmp_path / "model.npz"
+    rc = cli.main(["fit", str(data), "--n-clusters", "4", "--out", str(out), "--no-progress",
+                   "--cluster", str(existing_config)])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    assert "cluster: " in printed.out and "KMeans: n_clusters=4" in printed.out
+    model = io.load(str(out))
+    assert model.cluster_centers_.shape == (4, 3)
+    assert np.isfinite(model.inertia_)
+    bad = _write(tmp_path, {"backend": "existing", "existing": {"adress": "tcp://x:1"}})
+    rc = cli.main(["fit", str(data), "--n-clusters", "4", "--out", str(tmp_path / "m2.npz"),
+                   "--cluster", str(bad)])
+    assert rc == 2
+    assert "unknown key 'adress' in section 'existing'" in capsys.readouterr().err
