@@ -39,7 +39,8 @@ import yaml
 from distributed import Client
 
 __all__ = ["BACKENDS", "CONFIG_DIR", "ClusterClient", "available_configs", "build_security",
-           "get_client", "load_config"]
+           "dask_config_for", "get_client", "load_config", "security_dask_config",
+           "validate_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -422,6 +423,22 @@ def load_config(path_or_name, *, overrides=None):
 
 
 # ---------------------------------------------------------------------------- starting
+def _tls_files(security):
+    """The certificate/key paths of a validated ``security`` section, defaults resolved."""
+    for key, path in security.items():
+        if key.startswith("tls_") and path is not None and not Path(path).expanduser().is_file():
+            raise FileNotFoundError(f"security: key {key!r} names {path!r}, which is not a "
+                                    f"file.")
+    cert, key = security["tls_client_cert"], security["tls_client_key"]
+    files = {"tls_ca_file": security["tls_ca_file"], "tls_client_cert": cert,
+             "tls_client_key": key,
+             "tls_scheduler_cert": security["tls_scheduler_cert"] or cert,
+             "tls_scheduler_key": security["tls_scheduler_key"] or key,
+             "tls_worker_cert": security["tls_worker_cert"] or cert,
+             "tls_worker_key": security["tls_worker_key"] or key}
+    return {k: str(Path(v).expanduser()) for k, v in files.items() if v is not None}
+
+
 def build_security(security):
     """A :class:`distributed.security.Security` from a validated ``security`` section.
 
@@ -431,19 +448,24 @@ def build_security(security):
     """
     from distributed.security import Security
 
-    for key, path in security.items():
-        if key.startswith("tls_") and path is not None and not Path(path).expanduser().is_file():
-            raise FileNotFoundError(f"security: key {key!r} names {path!r}, which is not a "
-                                    f"file.")
-    cert, key = security["tls_client_cert"], security["tls_client_key"]
-    kwargs = {"tls_ca_file": security["tls_ca_file"], "tls_client_cert": cert,
-              "tls_client_key": key,
-              "tls_scheduler_cert": security["tls_scheduler_cert"] or cert,
-              "tls_scheduler_key": security["tls_scheduler_key"] or key,
-              "tls_worker_cert": security["tls_worker_cert"] or cert,
-              "tls_worker_key": security["tls_worker_key"] or key}
-    kwargs = {k: str(Path(v).expanduser()) for k, v in kwargs.items() if v is not None}
-    return Security(require_encryption=security["require_encryption"], **kwargs)
+    return Security(require_encryption=security["require_encryption"], **_tls_files(security))
+
+
+def security_dask_config(security):
+    """The same TLS settings as dask config values (``distributed.comm.tls.*``).
+
+    Processes that build their ``Security()`` from the config, like the
+    scheduler and workers SSHCluster starts on remote hosts (it forwards the
+    config it was started with), then use these certificates.
+    """
+    out = {"distributed.comm.require-encryption": security["require_encryption"]}
+    for key, path in _tls_files(security).items():
+        if key == "tls_ca_file":
+            out["distributed.comm.tls.ca-file"] = path
+        else:  # tls_<role>_<cert|key>
+            _, role, what = key.split("_")
+            out[f"distributed.comm.tls.{role}.{what}"] = path
+    return out
 
 
 def dask_config_for(cfg):
@@ -451,12 +473,16 @@ def dask_config_for(cfg):
 
     ``dask_config`` from the file, plus for ``local`` the nanny's
     pre-spawn ``MALLOC_TRIM_THRESHOLD_`` (None removes it: dqkm's default,
-    faster Zarr reads for ≈100 MB more RSS per worker).
+    faster Zarr reads for ≈100 MB more RSS per worker), and for ``ssh`` the
+    ``security`` section as ``distributed.comm.tls.*`` values, which
+    SSHCluster passes on to the processes it starts.
     """
     out = dict(cfg["dask_config"])
     if cfg["backend"] == "local":
         mtt = cfg["local"]["malloc_trim_threshold"]
         out["distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"] = mtt
+    if cfg["backend"] == "ssh" and cfg["security"] is not None:
+        out.update(security_dask_config(cfg["security"]))
     return out
 
 

@@ -7,10 +7,12 @@ import sys
 import urllib.error
 import urllib.request
 
+import dask
 import dask.array as da
 import numpy as np
 import pytest
 import yaml
+from distributed.security import Security
 
 from dqkm import cluster_config
 from dqkm.cluster_config import (BACKENDS, CONFIG_DIR, available_configs, build_security,
@@ -191,11 +193,12 @@ def test_missing_optional_backend_names_the_extra(monkeypatch, backend, module, 
 
 
 # ------------------------------------------------------------------ LocalCluster
-def test_local_yaml_starts_a_cluster_and_computes(monkeypatch):
+def test_local_yaml_starts_a_cluster_and_computes(monkeypatch, caplog):
     # an earlier nanny in this process may have exported the variable; its absence in the
     # workers is what malloc_trim_threshold: null promises
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    client = get_client("local", overrides={"local": {"dashboard_address": ":0"}})
+    with caplog.at_level("INFO", logger="dqkm.cluster_config"):
+        client = get_client("local", overrides={"local": {"dashboard_address": ":0"}})
     try:
         cluster = client.cluster
         assert type(cluster).__name__ == "LocalCluster"
@@ -204,6 +207,7 @@ def test_local_yaml_starts_a_cluster_and_computes(monkeypatch):
         assert sorted(w["nthreads"] for w in info.values()) == [1, 1]
         assert client.dashboard_link.startswith("http://")
         assert _http_status(client, "/status") == 200
+        assert f"dashboard: {client.dashboard_link}" in caplog.text
         envs = client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert list(envs.values()) == [None, None]
         x = da.arange(1000, chunks=100)
@@ -251,6 +255,20 @@ def test_security_section_maps_to_security_object(tmp_path):
     # scheduler and worker certificates default to the client's
     assert (s.tls_scheduler_cert, s.tls_scheduler_key) == (str(cert), str(key))
     assert (s.tls_worker_cert, s.tls_worker_key) == (str(cert), str(key))
+    # ssh: the same settings travel as dask config to the remote scheduler and workers,
+    # which build Security() from it
+    ssh = load_config({"backend": "ssh", "ssh": {"hosts": ["a", "b"]}, "security": sec})
+    conf = dask_config_for(ssh)
+    assert conf["distributed.comm.tls.worker.cert"] == str(cert)
+    assert conf["distributed.comm.require-encryption"] is True
+    with dask.config.set(conf):
+        remote = Security()
+    fields = ["require_encryption", "tls_ca_file", "tls_client_cert", "tls_client_key",
+              "tls_scheduler_cert", "tls_scheduler_key", "tls_worker_cert", "tls_worker_key"]
+    assert [getattr(remote, f) for f in fields] == [getattr(s, f) for f in fields]
+    assert not any(k.startswith("distributed.comm.tls") for k in dask_config_for(
+        load_config({"backend": "existing", "existing": {"address": "tls://127.0.0.1:1"},
+                     "security": sec})))
     sec["tls_client_key"] = str(tmp_path / "missing.pem")
     with pytest.raises(FileNotFoundError, match=r"key 'tls_client_key' names '.*missing\.pem', "
                                                 r"which is not a file"):
