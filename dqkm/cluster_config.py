@@ -8,16 +8,11 @@ one section named after the backend::
       n_workers: 2
       threads_per_worker: 1
 
-Backends: ``local`` (:class:`distributed.LocalCluster`), ``existing`` (connect
-to a running scheduler), ``ssh`` (:func:`distributed.SSHCluster`), ``slurm`` /
-``pbs`` (dask-jobqueue), ``kubernetes`` (the dask-kubernetes operator's
-``KubeCluster``).  Optional top-level sections shared by all backends:
-``client`` (timeouts, waiting for workers), ``security`` (TLS, see
-:func:`build_security`) and ``dask_config`` (dask config values set while the
-cluster starts).  Every key, its type and default is documented in
-``cluster_configs/README.md``; the schema below is the single source of truth
-and :func:`load_config` checks a file against it without importing any
-optional backend.
+Backends: ``local``, ``existing`` (a running scheduler), ``ssh``, ``slurm``,
+``pbs``, ``kubernetes``; shared optional sections: ``client``, ``security``
+(TLS) and ``dask_config``.  ``cluster_configs/README.md`` documents every key;
+the schema below is the source of truth, and :func:`load_config` checks a file
+against it without importing any optional backend.
 
 Examples
 --------
@@ -32,8 +27,8 @@ import copy
 import importlib
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 from distributed import Client
@@ -52,13 +47,10 @@ _EXTRA_HINT = "pip install 'dqkm[cluster]'"
 
 
 # ----------------------------------------------------------------------------- schema
-@dataclass(frozen=True)
-class Key:
-    """One allowed key of a config section.
-
-    ``kinds`` names the accepted YAML types among ``int``, ``number``, ``str``,
-    ``bool``, ``dict``, ``list[str]``, ``list[dict]`` and ``null``.
-    """
+class Key(NamedTuple):
+    """One allowed key of a config section: accepted YAML types (among ``int``,
+    ``number``, ``str``, ``bool``, ``dict``, ``list[str]``, ``list[dict]``,
+    ``null``), default, whether it is required, and a few words on it."""
 
     kinds: tuple
     default: object = None
@@ -539,13 +531,6 @@ def _start_cluster(cfg, security):
     raise AssertionError(backend)  # pragma: no cover - validate_config rejects it
 
 
-def _client_kwargs(client):
-    kw = {"set_as_default": client["set_as_default"]}
-    if client["timeout"] is not None:
-        kw["timeout"] = client["timeout"]
-    return kw
-
-
 class ClusterClient(Client):
     """A :class:`distributed.Client` that owns the cluster it was started with.
 
@@ -615,7 +600,7 @@ def get_client(path_or_name, *, overrides=None):
     if backend in _OPTIONAL:  # fail before building anything
         _import_backend(backend)
     security = build_security(cfg["security"]) if cfg["security"] is not None else None
-    client_kw = _client_kwargs(cfg["client"])
+    client_kw = _kwargs(cfg["client"], ["set_as_default", "timeout"])
     if security is not None:
         client_kw["security"] = security
     with dask.config.set(dask_config_for(cfg)):

@@ -324,6 +324,10 @@ def test_existing_config_connects_to_subprocess_cluster(mp_cluster, existing_con
     # closing the client leaves an existing cluster running
     with get_client(load_config(existing_config)) as client:
         assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
+    # waiting for more workers than there are is bounded by wait_timeout
+    with pytest.raises(TimeoutError, match="3"):
+        get_client(existing_config, overrides={"client": {"wait_for_workers": 3,
+                                                          "wait_timeout": 1}})
     via_file = {"backend": "existing",
                 "existing": {"scheduler_file": str(mp_cluster.scheduler_file)}}
     with get_client(via_file) as client:
