@@ -85,7 +85,7 @@ _LOCAL = {
     "threads_per_worker": _k("int|null", None, "threads per worker"),
     "memory_limit": _k("str|number|null", "auto", "per worker: 'auto', '4GB', bytes, 0 = none"),
     "processes": _k("bool", True, "workers in separate processes (nanny) or threads"),
-    "dashboard_address": _k("str|null", ":8787", "dashboard address; null disables it"),
+    "dashboard_address": _k("str|null", "127.0.0.1:8787", "dashboard; null: no pages"),
     "host": _k("str|null", None, "interface the scheduler listens on (None: 127.0.0.1)"),
     "scheduler_port": _k("int", 0, "scheduler port (0: any free port)"),
     "local_directory": _k("str|null", None, "workers' scratch space"),

@@ -65,6 +65,7 @@ def test_every_key_of_every_section_is_documented_in_readme():
 def test_defaults_are_filled(tmp_path):
     cfg = load_config({"backend": "local"})
     assert cfg["local"]["memory_limit"] == "auto"
+    assert cfg["local"]["dashboard_address"] == "127.0.0.1:8787"
     assert cfg["local"]["malloc_trim_threshold"] is None
     assert cfg["client"]["wait_for_workers"] == 0
     assert cfg["security"] is None
@@ -198,7 +199,8 @@ def test_local_yaml_starts_a_cluster_and_computes(monkeypatch, caplog):
     # workers is what malloc_trim_threshold: null promises
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     with caplog.at_level("INFO", logger="dqkm.cluster_config"):
-        client = get_client("local", overrides={"local": {"dashboard_address": ":0"}})
+        client = get_client("local",
+                            overrides={"local": {"dashboard_address": "127.0.0.1:0"}})
     try:
         cluster = client.cluster
         assert type(cluster).__name__ == "LocalCluster"
