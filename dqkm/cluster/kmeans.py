@@ -11,9 +11,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.engine import maybe_persist
-from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, lloyd, min_sq_distances,
-                              sample_rows)
+from ..parallel.lloyd import (LloydResult, assign, inertia, kmeans_parallel_init, lloyd,
+                              min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
+from ._checkpoint import Checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ class KMeans(DqkmClusterer):
                                      random_state=int(rng.integers(2**31 - 1)))
         return centers.astype(X.dtype)
 
-    def fit(self, X, y=None, *, callback=None):
+    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
         """Compute K-means clustering.
 
         Parameters
@@ -160,8 +161,17 @@ class KMeans(DqkmClusterer):
         X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
         y : ignored
         callback : callable, optional
-            ``callback(record, centers)`` after every iteration (``record`` is
-            the iteration's ``history_`` entry) — e.g. for a live plot.
+            ``callback(record, state)`` after every iteration (``record`` is
+            the iteration's ``history_`` entry; ``state`` the new centers, or
+            factors for QK-means) — e.g. for a live plot.
+        checkpoint : str or PathLike, optional
+            A local directory where the driver state (centers or factors,
+            iteration, RNG state, history) is written as a Zarr group after
+            every iteration, atomically.
+        resume : bool, default=False
+            Continue from ``checkpoint`` if it holds a state; the result is the
+            same as an uninterrupted fit with the same seed.  A checkpoint of
+            another estimator or data set is refused.
 
         Returns
         -------
@@ -169,28 +179,122 @@ class KMeans(DqkmClusterer):
         """
         Xd, lazy = self._validate_X(X, reset=True)
         n_init = self._check_params(Xd.shape[0])
+        self._check_extra_params(Xd.shape[1])
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         Xd, _ = maybe_persist(Xd, self.persist)
-        best = None
-        for run in range(n_init):
-            init = self._initial_centers(Xd, rng)
-            res = lloyd(Xd, init, max_iter=self.max_iter, tol=self.tol,
-                        split_every=self.split_every, callback=callback)
-            # With a zero shift the last pass already used the final centers.
-            value = (res.last_objective if res.shift == 0
-                     else inertia(Xd, res.centers, split_every=self.split_every))
-            logger.info("KMeans run %d/%d: inertia %.6g after %d iterations", run + 1, n_init,
-                        value, res.n_iter)
-            if best is None or value < best[0]:
-                best = (value, res)
-        value, res = best
+        value, res = self._fit_runs(Xd, n_init, rng, callback, checkpoint, resume)
+        self._set_fitted(Xd, lazy, value, res)
+        return self
+
+    # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.
+    def _check_extra_params(self, n_features):
+        """Validate the parameters a subclass adds (none for KMeans)."""
+
+    def _init_state(self, Xd, rng):
+        return self._initial_centers(Xd, rng)
+
+    def _iterate(self, Xd, state, **kw):
+        return lloyd(Xd, state, max_iter=self.max_iter, tol=self.tol,
+                     split_every=self.split_every, **kw)
+
+    def _final_value(self, Xd, res):
+        # With a zero shift the last pass already used the final centers.
+        if res.shift == 0:
+            return res.last_objective
+        return inertia(Xd, res.centers, split_every=self.split_every)
+
+    def _pack(self, state):
+        return {"centers": np.asarray(state)}
+
+    def _unpack(self, arrays, prefix):
+        return arrays[prefix + "centers"]
+
+    def _resumed_result(self, state, meta):
+        return LloydResult(centers=state, n_iter=meta["iteration"], history=meta["history"],
+                           converged=meta["converged"], last_objective=meta["last_objective"],
+                           shift=meta["shift"])
+
+    def _set_fitted(self, Xd, lazy, value, res):
         self.cluster_centers_ = res.centers
         self.inertia_ = float(value)
         self.n_iter_ = int(res.n_iter)
         self.history_ = res.history
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
-        return self
+
+    def _checkpoint_identity(self, Xd):
+        return {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
+                "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
+                "n_clusters": int(self.n_clusters),
+                "random_state": self.random_state if isinstance(self.random_state, int) else None,
+                "init": self.init if isinstance(self.init, str) else "array"}
+
+    def _fit_runs(self, Xd, n_init, rng, callback, checkpoint, resume):
+        """The ``n_init`` runs, keeping the best; checkpointed when asked."""
+        ck = Checkpoint(checkpoint, self._checkpoint_identity(Xd)) if checkpoint else None
+        saved = None
+        if ck is not None:
+            if resume and ck.exists():
+                saved = ck.load()
+                logger.info("resuming from %s at run %d, iteration %d", checkpoint,
+                            saved[1]["run"], saved[1]["iteration"])
+            else:
+                ck.start()
+        best = None
+        start_run = 0
+        if saved is not None:
+            arrays, meta = saved
+            start_run = meta["run"]
+            rng.bit_generator.state = meta["rng"]
+            if meta.get("best") is not None:
+                b = meta["best"]
+                best = (b["value"], self._resumed_result(self._unpack(arrays, "best_"), b))
+        for run in range(start_run, n_init):
+            if saved is not None and run == start_run:
+                arrays, meta = saved
+                state = self._unpack(arrays, "current_")
+                kw = {"start_iter": meta["iteration"], "history": meta["history"],
+                      "tol_abs": meta["tol_abs"]}
+                finished = meta["converged"] or meta["iteration"] >= self.max_iter
+            else:
+                state = self._init_state(Xd, rng)
+                kw, finished, meta = {}, False, None
+            rng_state = rng.bit_generator.state
+
+            def on_iteration(rec, st, tol_abs, converged, _run=run, _rng=rng_state):
+                history = self._current_history + [rec]
+                self._current_history = history
+                arrays = {f"current_{k}": v for k, v in self._pack(st).items()}
+                best_meta = None
+                if best is not None:
+                    arrays.update({f"best_{k}": v for k, v in self._pack(
+                        self._result_state(best[1])).items()})
+                    best_meta = {"value": best[0], "iteration": best[1].n_iter,
+                                 "history": best[1].history, "converged": best[1].converged,
+                                 "last_objective": best[1].last_objective,
+                                 "shift": best[1].shift}
+                ck.save(rec["iteration"] + 1000 * _run, arrays, {
+                    "run": _run, "iteration": rec["iteration"], "history": history,
+                    "tol_abs": tol_abs, "converged": bool(converged), "shift": rec["shift"],
+                    "last_objective": rec["objective"], "rng": _rng, "best": best_meta})
+
+            self._current_history = list(kw.get("history", []))
+            if finished:
+                res = self._resumed_result(state, meta)
+            else:
+                res = self._iterate(Xd, state, callback=callback,
+                                    on_iteration=on_iteration if ck is not None else None, **kw)
+            value = self._final_value(Xd, res)
+            logger.info("%s run %d/%d: objective %.6g after %d iterations", type(self).__name__,
+                        run + 1, n_init, value, res.n_iter)
+            if best is None or value < best[0]:
+                best = (value, res)
+        del self._current_history
+        return best
+
+    @staticmethod
+    def _result_state(res):
+        return res.centers
 
     def fit_predict(self, X, y=None, **kwargs):
         return self.fit(X, **kwargs).labels_

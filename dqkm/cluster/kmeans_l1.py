@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils import check_random_state
 
 from ..kernels.l1 import project_rows_l1_ball
-from ..parallel.engine import maybe_persist
-from ..parallel.lloyd import assign, inertia, lloyd
 from ._base import check_param
 from .kmeans import KMeans
 
@@ -53,40 +50,26 @@ class KMeansL1(KMeans):
         self.radius = radius
         self.tol_l1 = tol_l1
 
-    def fit(self, X, y=None, *, callback=None):
-        """Compute K-means with ℓ1-projected centroids; returns self."""
-        Xd, lazy = self._validate_X(X, reset=True)
-        n_init = self._check_params(Xd.shape[0])
+    def _check_extra_params(self, n_features):
         owner = type(self).__name__
         check_param("radius", self.radius, owner, kind="real", low=0)
         if self.radius <= 0:
             raise ValueError(f"The 'radius' parameter of {owner} must be a float in the range "
                              f"(0, inf). Got {self.radius!r} instead.")
         check_param("tol_l1", self.tol_l1, owner, kind="real", low=0)
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
-        Xd, _ = maybe_persist(Xd, self.persist)
 
-        def project(C):
-            return project_rows_l1_ball(C, self.radius, self.tol_l1)
+    def _project(self, C):
+        return project_rows_l1_ball(C, self.radius, self.tol_l1)
 
-        best = None
-        for _ in range(n_init):
-            init = project(self._initial_centers(Xd, rng))
-            res = lloyd(Xd, init, max_iter=self.max_iter, tol=self.tol,
-                        split_every=self.split_every, callback=callback, update=project)
-            value = (res.last_objective if res.shift == 0
-                     else inertia(Xd, res.centers, split_every=self.split_every))
-            if best is None or value < best[0]:
-                best = (value, res)
-        value, res = best
-        self.cluster_centers_ = res.centers
-        self.inertia_ = float(value)
-        self.n_iter_ = int(res.n_iter)
-        self.history_ = res.history
+    def _init_state(self, Xd, rng):
+        return self._project(self._initial_centers(Xd, rng)).astype(Xd.dtype)
+
+    def _iterate(self, Xd, state, **kw):
+        return super()._iterate(Xd, state, update=self._project, **kw)
+
+    def _set_fitted(self, Xd, lazy, value, res):
+        super()._set_fitted(Xd, lazy, value, res)
         self.nnz_ = int(np.count_nonzero(res.centers))
-        self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
-        return self
 
     def _get_state(self):
         arrays, meta = super()._get_state()

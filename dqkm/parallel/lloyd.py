@@ -124,7 +124,7 @@ def tolerance_from_moments(moments, tol):
 
 
 def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback=None,
-          start_iter=0, history=None, update=None):
+          start_iter=0, history=None, update=None, tol_abs=None, on_iteration=None):
     """Lloyd iterations until the squared center shift is at most ``tol``.
 
     ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
@@ -134,10 +134,15 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
     Empty clusters keep their previous center and are listed in ``history``
     under ``empty_clusters``.  ``update``, if given, maps the new centers
     (float64) to the centers actually used (e.g. a projection, for K-means-ℓ1).
+
+    ``start_iter``/``history``/``tol_abs`` continue an interrupted fit;
+    ``on_iteration(record, centers, tol_abs, converged)`` runs after every
+    iteration (checkpointing).
     """
     centers = np.array(init_centers, dtype=X.dtype, copy=True)
     history = list(history or [])
-    tol_abs = None if tol else 0.0
+    if tol_abs is None and not tol:
+        tol_abs = 0.0
     moments = None
     converged = False
     shift = np.inf
@@ -165,10 +170,12 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
         history.append(rec)
         logger.info("Lloyd iteration %d: objective %.6g, shift %.3g, %.3fs%s", it, obj, shift,
                     rec["seconds"], f", {len(empty)} empty clusters" if len(empty) else "")
+        converged = shift <= tol_abs
+        if on_iteration is not None:
+            on_iteration(rec, centers, tol_abs, converged)
         if callback is not None:
             callback(rec, centers)
-        if shift <= tol_abs:
-            converged = True
+        if converged:
             break
     return LloydResult(centers=centers, n_iter=it, history=history, converged=converged,
                        last_objective=obj, shift=shift, n_features=X.shape[1], moments=moments)

@@ -1,0 +1,117 @@
+"""Checkpoints of a fit's driver state, written after every iteration.
+
+Layout (a Zarr v3 group at ``path``)::
+
+    path/zarr.json          group attributes: estimator, parameters, data shape/dtype
+    path/iter-000012/       the state after iteration 12 (arrays + JSON attributes)
+    path/latest.json        {"group": "iter-000012"} — replaced atomically (os.replace)
+
+Each iteration writes a new ``iter-*`` group completely, then replaces
+``latest.json`` in one atomic rename, then removes the previous group, so a
+crash at any instant leaves a checkpoint that names a complete state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import zarr
+
+__all__ = ["Checkpoint", "CheckpointMismatchError"]
+
+CHECKPOINT_FORMAT_VERSION = 1
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint was written by another estimator or for other data."""
+
+
+def _json(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+class Checkpoint:
+    """The checkpoint of one fit (see the module docstring for the layout)."""
+
+    def __init__(self, path, identity: dict):
+        if "://" in str(path):
+            raise ValueError(f"checkpoint must be a local directory path; got {str(path)!r} "
+                             "(atomic renames are needed).")
+        self.path = os.path.abspath(str(path))
+        self.identity = json.loads(json.dumps(identity, default=_json))
+
+    @property
+    def _pointer(self):
+        return os.path.join(self.path, "latest.json")
+
+    def exists(self):
+        return os.path.exists(self._pointer)
+
+    def check_identity(self):
+        """Refuse a checkpoint of another estimator or another data set."""
+        group = zarr.open_group(self.path, mode="r")
+        found = dict(group.attrs.get("dqkm_checkpoint", {}))
+        if found.get("format_version") != CHECKPOINT_FORMAT_VERSION:
+            raise CheckpointMismatchError(f"{self.path!r} is not a dqkm checkpoint (format "
+                                          f"{found.get('format_version')!r}).")
+        mine = self.identity
+        for key in sorted(set(mine) | set(found.get("identity", {}))):
+            a, b = found.get("identity", {}).get(key), mine.get(key)
+            if a != b:
+                raise CheckpointMismatchError(
+                    f"checkpoint {self.path!r} was written for {key}={a!r}, but this fit has "
+                    f"{key}={b!r}; refusing to mix them. Use another checkpoint path or "
+                    "resume=False to start over.")
+
+    def start(self):
+        """A fresh checkpoint (removes any previous one at ``path``)."""
+        if os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        zarr.open_group(self.path, mode="w", zarr_format=3,
+                        attributes={"dqkm_checkpoint": {
+                            "format_version": CHECKPOINT_FORMAT_VERSION,
+                            "identity": self.identity}})
+
+    def save(self, iteration: int, arrays: dict, meta: dict):
+        name = f"iter-{iteration:06d}"
+        sub = os.path.join(self.path, name)
+        if os.path.exists(sub):
+            shutil.rmtree(sub)
+        group = zarr.open_group(sub, mode="w", zarr_format=3)
+        for k, v in arrays.items():
+            v = np.asarray(v)
+            a = group.create_array(k, shape=v.shape, dtype=v.dtype,
+                                   chunks=v.shape if v.size else None)
+            a[...] = v
+        group.attrs["state"] = json.loads(json.dumps(meta, default=_json))
+        previous = self._latest_name()
+        tmp = self._pointer + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"group": name}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._pointer)
+        if previous and previous != name:
+            shutil.rmtree(os.path.join(self.path, previous), ignore_errors=True)
+
+    def _latest_name(self):
+        if not os.path.exists(self._pointer):
+            return None
+        with open(self._pointer) as f:
+            return json.load(f)["group"]
+
+    def load(self):
+        """``(arrays, meta)`` of the latest complete state."""
+        self.check_identity()
+        group = zarr.open_group(os.path.join(self.path, self._latest_name()), mode="r")
+        arrays = {k: np.asarray(a[...]) for k, a in group.arrays()}
+        return arrays, dict(group.attrs["state"])

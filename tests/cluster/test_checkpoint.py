@@ -1,0 +1,164 @@
+"""Checkpoint/resume, a killed worker, and out-of-core fits (issue 8)."""
+
+import logging
+import os
+import threading
+import time
+
+import dask
+import numpy as np
+import pytest
+from sklearn.datasets import make_blobs
+
+import dqkm
+from dqkm import datasets
+from dqkm.cluster._checkpoint import CheckpointMismatchError
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _interrupt_after(n):
+    count = {"n": 0}
+
+    def cb(rec, state):
+        count["n"] += 1
+        if count["n"] == n:
+            raise Interrupt(f"stopped after {n} iterations")
+
+    return cb
+
+
+@pytest.fixture(scope="module")
+def X():
+    return make_blobs(4000, 6, centers=7, cluster_std=3.0, random_state=0)[0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dqkm.KMeans(7, init="random", n_init=3, max_iter=40, random_state=0),
+    lambda: dqkm.KMeans(7, init="k-means||", max_iter=40, random_state=1),
+    lambda: dqkm.KMeansL1(7, radius=40.0, max_iter=40, random_state=2),
+])
+@pytest.mark.parametrize("stop_at", [1, 5])
+def test_resume_equals_uninterrupted(tmp_path, X, make, stop_at):
+    full = make().fit(X)
+    with pytest.raises(Interrupt):
+        make().fit(X, checkpoint=tmp_path / "ck", callback=_interrupt_after(stop_at))
+    assert sorted(os.listdir(tmp_path / "ck"))[-1] == "zarr.json"
+    resumed = make().fit(X, checkpoint=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
+    np.testing.assert_array_equal(resumed.labels_, full.labels_)
+    assert resumed.inertia_ == full.inertia_ and resumed.n_iter_ == full.n_iter_
+    assert [h["objective"] for h in resumed.history_] == [h["objective"] for h in full.history_]
+
+
+def test_resume_of_finished_fit_and_fresh_start(tmp_path, X):
+    a = dqkm.KMeans(5, random_state=0).fit(X, checkpoint=tmp_path / "ck")
+    b = dqkm.KMeans(5, random_state=0).fit(X, checkpoint=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    assert a.n_iter_ == b.n_iter_
+    # resume=False starts over and overwrites
+    c = dqkm.KMeans(5, random_state=0, max_iter=2).fit(X, checkpoint=tmp_path / "ck")
+    assert c.n_iter_ == 2
+
+
+def test_checkpoint_of_other_estimator_or_data_is_refused(tmp_path, X):
+    dqkm.KMeans(5, random_state=0, max_iter=3).fit(X, checkpoint=tmp_path / "ck")
+    with pytest.raises(CheckpointMismatchError, match="estimator='KMeans', but this fit has "
+                                                      "estimator='KMeansL1'"):
+        dqkm.KMeansL1(5, random_state=0).fit(X, checkpoint=tmp_path / "ck", resume=True)
+    with pytest.raises(ValueError, match="n_samples=4000, but this fit has n_samples=3000"):
+        dqkm.KMeans(5, random_state=0).fit(X[:3000], checkpoint=tmp_path / "ck", resume=True)
+    with pytest.raises(ValueError, match="n_features=6, but this fit has n_features=5"):
+        dqkm.KMeans(5, random_state=0).fit(X[:, :5], checkpoint=tmp_path / "ck", resume=True)
+    with pytest.raises(ValueError, match="n_clusters=5, but this fit has n_clusters=4"):
+        dqkm.KMeans(4, random_state=0).fit(X, checkpoint=tmp_path / "ck", resume=True)
+
+
+def _cluster(trim_memory=False, **kw):
+    from distributed import LocalCluster
+
+    # Without malloc trimming reads are faster but each worker keeps ~100 MB
+    # more (see ANCHORS.md); the tight-memory test keeps the nanny's default.
+    cfg = {} if trim_memory else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+    with dask.config.set(cfg):
+        return LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                            dashboard_address=None, silence_logs=logging.ERROR, **kw)
+
+
+@pytest.mark.parametrize("persist", [False, True])
+def test_killed_worker_does_not_change_the_result(tmp_path, persist):
+    from distributed import Client
+
+    Xz, _ = datasets.make_blobs(40_000, 8, 6, cluster_std=2.0, chunks=4000, random_state=0,
+                                path=tmp_path / "d.zarr")
+    init = Xz[:6].compute()
+    reference = dqkm.KMeans(6, init=init, max_iter=15, tol=0).fit(Xz)
+    with _cluster() as cluster, Client(cluster) as client:
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        killed = {}
+
+        def kill_soon(rec, centers):
+            if rec["iteration"] == 3:
+                def kill():
+                    time.sleep(0.02)  # during the next pass
+                    killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
+                    os.kill(killed["pid"], 9)
+                threading.Thread(target=kill).start()
+
+        km = dqkm.KMeans(6, init=init, max_iter=15, tol=0, persist=persist).fit(
+            Xz, callback=kill_soon)
+        labels = km.labels_.compute()
+    assert "pid" in killed
+    np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_array_equal(labels, reference.labels_.compute())
+    assert km.inertia_ == reference.inertia_
+
+
+def _peak_rss_sampler(client, stop, peaks):
+    import psutil
+
+    def rss():
+        return psutil.Process().memory_info().rss
+
+    while not stop.is_set():
+        try:
+            for w, v in client.run(rss).items():
+                peaks[w] = max(peaks.get(w, 0), v)
+        except Exception:
+            pass
+        time.sleep(0.25)
+
+
+def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
+    """~1.3 GB of data on 2 workers × 300 MB: completes, no worker restarted."""
+    from distributed import Client
+
+    limit = 300 * 2**20
+    n, d = 5_000_000, 64
+    Xz, _ = datasets.make_blobs(n, d, 16, chunks=62_500, random_state=0,
+                                path=tmp_path / "big.zarr")
+    assert Xz.nbytes > 2 * limit
+    estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0)]
+    if hasattr(dqkm, "QKMeans"):
+        estimators.append(dqkm.QKMeans(16, sparsity=2, max_iter=2, tol=0, persist=False,
+                                       palm_iter=5, palm_iter_init=20, random_state=0))
+    with _cluster(trim_memory=True, memory_limit=limit) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        peaks, stop = {}, threading.Event()
+        sampler = threading.Thread(target=_peak_rss_sampler, args=(client, stop, peaks))
+        sampler.start()
+        try:
+            for est in estimators:
+                est.fit(Xz)
+                assert np.isfinite(est.inertia_)
+        finally:
+            stop.set()
+            sampler.join()
+        assert client.run(os.getpid) == pids, "a worker was restarted"
+    peak = max(peaks.values()) / 2**20
+    record_property("peak_worker_rss_mb", round(peak))
+    print(f"\nout-of-core: {Xz.nbytes / 2**30:.2f} GiB on 2 x {limit / 2**20:.0f} MiB; "
+          f"peak worker RSS {peak:.0f} MiB")
+    assert peak < limit / 2**20
