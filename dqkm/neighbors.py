@@ -1,0 +1,264 @@
+"""Approximate nearest neighbours through a cluster partition (an inverted index).
+
+The query is first assigned to its nearest centroid(s) with the clusterer's
+(fast) ``predict``, then the neighbours are searched exactly among the rows
+of those clusters only — Giffon et al., QuicK-means, Sect. 4.5 (journal) /
+4.3 (preprint).  With a QK-means clusterer the assignment costs one
+application of the sparse factors instead of a K×D product.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .cluster._base import check_param, is_lazy
+from .parallel.data import to_dask
+from .parallel.engine import broadcast, compute
+from .parallel.neighbors import build_index, center_sq_distances, probe_clusters, search
+
+__all__ = ["ClusterIndex"]
+
+
+def _is_fitted(est) -> bool:
+    try:
+        check_is_fitted(est)
+    except NotFittedError:
+        return False
+    return True
+
+
+def _lookup_block(ind, codes, classes):
+    return classes[codes[ind]]
+
+
+class ClusterIndex(BaseEstimator):
+    """k-nearest-neighbour search restricted to the query's nearest clusters.
+
+    Parameters
+    ----------
+    clusterer : estimator with ``fit``, ``predict`` and ``cluster_centers_``
+        A dqkm ``KMeans``/``QKMeans``/``KMeansL1`` (or a scikit-learn
+        ``KMeans``).  If it is already fitted it is used as is; otherwise a
+        clone is fitted on the X given to :meth:`fit`.
+    n_probe : int, default=1
+        Number of nearest clusters searched per query.  ``n_probe=1`` uses the
+        clusterer's ``predict``; more use its ``transform`` (distances to the
+        centroids).  ``n_probe = n_clusters`` is an exact search.
+    store : str or PathLike, optional
+        Write the inverted index as a Zarr v3 group there (atomic); queries
+        then read only the clusters they probe.  None: the index is kept in
+        memory (for Dask input the reordered X is computed into memory).
+    overwrite : bool, default=False
+        Replace an existing ``store``.
+
+    Attributes
+    ----------
+    clusterer_ : the fitted clusterer
+    index_ : InvertedIndex
+        Rows grouped by cluster with their original row ids
+        (``index_.offsets``: cluster ``c`` is ``offsets[c]:offsets[c+1]``).
+    cluster_sizes_ : ndarray of shape (n_clusters,)
+    classes_ : ndarray, only when fitted with ``y``
+    n_samples_fit_ : int
+    n_features_in_ : int
+
+    References
+    ----------
+    Giffon, Emiya, Ralaivola, Kadri, QuicK-means: accelerating inference for
+    K-means by learning fast transforms, Machine Learning (2021), Sect. 4.5.
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.neighbors import ClusterIndex
+    >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+    >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X)
+    >>> dist, ind = idx.kneighbors(np.array([[0.1, 0.9]]))
+    >>> int(ind[0, 0])
+    1
+    """
+
+    def __init__(self, clusterer, *, n_probe=1, store=None, overwrite=False):
+        self.clusterer = clusterer
+        self.n_probe = n_probe
+        self.store = store
+        self.overwrite = overwrite
+
+    # ----------------------------------------------------------------- helpers
+    def _validate(self, X, *, reset):
+        owner = type(self).__name__
+        if is_lazy(X):
+            Xd = to_dask(X)
+            if Xd.ndim != 2:
+                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
+            if Xd.dtype.kind not in "fiub":
+                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+            if Xd.dtype not in (np.float32, np.float64):
+                Xd = Xd.astype(np.float64)
+            if reset:
+                self.n_features_in_ = Xd.shape[1]
+            elif Xd.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return Xd, True
+        Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        return to_dask(Xc), False
+
+    def _check_clusterer(self):
+        c = self.clusterer
+        if not (hasattr(c, "fit") and hasattr(c, "predict")):
+            raise TypeError(f"The 'clusterer' parameter of {type(self).__name__} must be a "
+                            f"clustering estimator with fit and predict (e.g. dqkm.KMeans). "
+                            f"Got {c!r} instead.")
+
+    # ------------------------------------------------------------------- fit
+    def fit(self, X, y=None):
+        """Fit the clusterer if needed and build the inverted index of X.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,), optional
+            Targets for :meth:`predict` (1-NN classification).
+
+        Returns
+        -------
+        self
+
+        Notes
+        -----
+        Passes over X: the clusterer's fit (if unfitted), one ``predict`` pass,
+        one shuffle that writes the rows in cluster order.
+        """
+        owner = type(self).__name__
+        self._check_clusterer()
+        check_param("n_probe", self.n_probe, owner, low=1)
+        Xd, _ = self._validate(X, reset=True)
+        if _is_fitted(self.clusterer):
+            clusterer = self.clusterer
+            n_in = getattr(clusterer, "n_features_in_", Xd.shape[1])
+            if n_in != Xd.shape[1]:
+                raise ValueError(f"X has {Xd.shape[1]} features, but the fitted clusterer "
+                                 f"of {owner} was fitted on {n_in} features.")
+        else:
+            clusterer = clone(self.clusterer).fit(Xd if is_lazy(X) else compute(Xd)[0])
+        centers = getattr(clusterer, "cluster_centers_", None)
+        if centers is None:
+            raise TypeError(f"The 'clusterer' parameter of {owner} must have "
+                            f"'cluster_centers_' once fitted; {type(clusterer).__name__} "
+                            "has none.")
+        K = int(np.shape(centers)[0])
+        if self.n_probe > K:
+            raise ValueError(f"The 'n_probe' parameter of {owner} must be an int in the range "
+                             f"[1, n_clusters={K}]. Got {self.n_probe} instead.")
+        labels = self._assign(clusterer, Xd)
+        labels = np.asarray(compute(labels, n_tasks=Xd.numblocks[0])[0] if isinstance(
+            labels, da.Array) else labels).ravel()
+        extra = {}
+        if y is not None:
+            y = np.asarray(compute(y)[0] if isinstance(y, da.Array) else y)
+            if y.ndim != 1 or y.shape[0] != Xd.shape[0]:
+                raise ValueError(f"y must have shape (n_samples,) = ({Xd.shape[0]},); got "
+                                 f"{y.shape}.")
+            self.classes_, codes = np.unique(y, return_inverse=True)
+            self._y_codes = codes.astype(np.int64)
+            extra["y"] = self._y_codes
+        elif hasattr(self, "classes_"):
+            del self.classes_
+            del self._y_codes
+        self.index_, _ = build_index(Xd, labels, K, path=self.store, overwrite=self.overwrite,
+                                     extra=extra)
+        self.clusterer_ = clusterer
+        self._centers = np.asarray(centers)
+        self.cluster_sizes_ = np.diff(self.index_.offsets)
+        self.n_samples_fit_ = int(Xd.shape[0])
+        return self
+
+    @staticmethod
+    def _assign(clusterer, Qd, n_probe=1):
+        """Labels (n,) or distances (n, K) of the queries, as a Dask array aligned with Qd."""
+        if n_probe == 1:
+            out = clusterer.predict(Qd)
+        elif hasattr(clusterer, "transform"):
+            out = clusterer.transform(Qd)
+        else:
+            out = center_sq_distances(Qd, np.asarray(clusterer.cluster_centers_))
+        if not isinstance(out, da.Array):  # a scikit-learn clusterer computed it eagerly
+            out = np.asarray(out)
+            out = da.from_array(out, chunks=(Qd.chunks[0],) + tuple(-1 for _ in out.shape[1:]))
+        return out
+
+    # ------------------------------------------------------------ inference
+    def kneighbors(self, X, n_neighbors=1, return_distance=True):
+        """The ``n_neighbors`` nearest indexed rows of every query.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_queries, n_features)
+        n_neighbors : int, default=1
+        return_distance : bool, default=True
+
+        Returns
+        -------
+        distances : ndarray of shape (n_queries, n_neighbors), float64
+            Euclidean distances, ascending (only if ``return_distance``).
+        indices : ndarray of shape (n_queries, n_neighbors), int64
+            Row numbers in the X given to :meth:`fit`.
+            Dask arrays for Dask input (lazy, aligned with X's row chunks).
+
+        As :meth:`sklearn.neighbors.NearestNeighbors.kneighbors`, except that
+        the neighbours are searched only in the ``n_probe`` nearest clusters
+        (extended by the next ones when those hold fewer than
+        ``n_neighbors`` rows).
+        """
+        check_is_fitted(self, "index_")
+        owner = type(self).__name__
+        if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
+            raise TypeError(f"The 'n_neighbors' parameter of {owner}.kneighbors must be an "
+                            f"int in the range [1, {self.n_samples_fit_}]. Got "
+                            f"{n_neighbors!r} instead.")
+        if n_neighbors < 1 or n_neighbors > self.n_samples_fit_:
+            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = "
+                             f"{n_neighbors}, n_samples_fit = {self.n_samples_fit_}: the "
+                             f"'n_neighbors' parameter of {owner}.kneighbors must be in the "
+                             f"range [1, {self.n_samples_fit_}].")
+        Qd, lazy = self._validate(X, reset=False)
+        probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe), self.n_probe)
+        dist, ind = search(Qd, probes, self.index_, int(n_neighbors), self._centers)
+        if not lazy:
+            dist, ind = compute(dist, ind, n_tasks=Qd.numblocks[0])
+            dist, ind = np.asarray(dist), np.asarray(ind)
+        return (dist, ind) if return_distance else ind
+
+    def predict(self, X):
+        """1-NN classification: the target of every query's nearest indexed row.
+
+        Returns
+        -------
+        ndarray of shape (n_queries,) (Dask array for Dask input)
+        """
+        check_is_fitted(self, "index_")
+        if not hasattr(self, "classes_"):
+            raise NotFittedError(f"This {type(self).__name__} was fitted without targets; "
+                                 "call fit(X, y) with y to use predict.")
+        ind = self.kneighbors(X, 1, return_distance=False)
+        if isinstance(ind, da.Array):
+            st = broadcast(self._y_codes, "targets")
+            cl = broadcast(self.classes_, "classes")
+            return ind[:, 0].map_blocks(_lookup_block, st, cl, dtype=self.classes_.dtype,
+                                        meta=np.empty((0,), self.classes_.dtype))
+        return self.classes_[self._y_codes[ind[:, 0]]]
+
+    def score(self, X, y):
+        """Accuracy of :meth:`predict` on ``(X, y)``."""
+        pred = self.predict(X)
+        if isinstance(pred, da.Array):
+            pred = compute(pred)[0]
+        y = np.asarray(compute(y)[0] if isinstance(y, da.Array) else y)
+        return float(np.mean(np.asarray(pred) == y))

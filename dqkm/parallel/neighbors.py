@@ -1,0 +1,367 @@
+"""Blockwise passes for the applications: cluster-index search and Nyström features.
+
+* :class:`InvertedIndex` — the rows of X grouped by cluster (``offsets``), with
+  their original row ids and squared norms, in memory or in a Zarr v3 group.
+* :func:`build_index` — labels of X (one pass), then the rows reordered by
+  cluster (one shuffle of X, dask's ``take``), in memory or written to Zarr.
+* :func:`search` — exact k-NN of every query inside its probed clusters, one
+  task per block of queries (the index is broadcast once, or each task reads
+  only the clusters it probes from Zarr).
+* :func:`nystroem_map` — the Nyström feature map ``k(X, U)·N`` per block, with
+  ``U·x`` computed by the landmark operator (dense, sparse factors or
+  Hadamard).
+
+The block functions below are plain NumPy on one block; the graph builders
+are the only Dask code.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import dask
+import dask.array as da
+import numpy as np
+
+from .engine import broadcast, compute
+
+__all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
+           "landmark_products", "kernel_from_products", "center_sq_distances", "INDEX_FORMAT_VERSION"]
+
+INDEX_FORMAT_VERSION = 1
+_TILE_ROWS = 4096          # rows of one cluster compared with the queries at once
+_ZARR_CHUNK_BYTES = 1 << 20  # ~1 MB Zarr chunks: a probed cluster reads little more than itself
+
+
+# ============================================================================ the index
+class InvertedIndex:
+    """Rows of X grouped by cluster: cluster ``c`` is rows ``offsets[c]:offsets[c+1]``.
+
+    Either in memory (``X``, ``ids``, ``sq_norms``) or in the Zarr group at
+    ``path`` (arrays ``X``, ``ids``, ``sq_norms``, ``offsets``); ``offsets`` is
+    always held in memory (K + 1 integers).  Pickles small when Zarr-backed:
+    a task opens the store itself.
+    """
+
+    def __init__(self, offsets, *, X=None, ids=None, sq_norms=None, path=None):
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.X, self.ids, self.sq_norms, self.path = X, ids, sq_norms, path
+        self._group = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_group"] = None
+        return state
+
+    @property
+    def n_clusters(self) -> int:
+        return int(self.offsets.size - 1)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def in_memory(self) -> bool:
+        return self.path is None
+
+    def _open(self):
+        if self._group is None:
+            import zarr
+
+            self._group = zarr.open_group(str(self.path), mode="r")
+        return self._group
+
+    def cluster(self, c):
+        """``(rows, ids, sq_norms)`` of cluster ``c``."""
+        lo, hi = int(self.offsets[c]), int(self.offsets[c + 1])
+        if self.in_memory:
+            return self.X[lo:hi], self.ids[lo:hi], self.sq_norms[lo:hi]
+        g = self._open()
+        return g["X"][lo:hi], g["ids"][lo:hi], g["sq_norms"][lo:hi]
+
+    @classmethod
+    def open(cls, path):
+        """Open an index written by :func:`build_index` (checks the format version)."""
+        import zarr
+
+        g = zarr.open_group(str(path), mode="r")
+        meta = dict(g.attrs.get("dqkm_index", {}))
+        if meta.get("format_version") != INDEX_FORMAT_VERSION:
+            raise ValueError(f"{str(path)!r} is not a dqkm cluster index of format version "
+                             f"{INDEX_FORMAT_VERSION} (found {meta.get('format_version')}).")
+        return cls(np.asarray(g["offsets"][...]), path=str(path))
+
+
+def _sq_norms_block(block):
+    return np.einsum("ij,ij->i", block, block, dtype=np.float64)
+
+
+def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=None):
+    """Group the rows of ``Xd`` by ``labels``.
+
+    Parameters
+    ----------
+    Xd : dask array of shape (n_samples, n_features)
+    labels : ndarray of shape (n_samples,), int
+        Cluster of every row (computed by the caller: one pass over X).
+    n_clusters : int
+    path : str or PathLike, optional
+        Write the index as a Zarr v3 group there (atomic); otherwise it is
+        computed into memory.
+    extra : dict of name -> ndarray of shape (n_samples,), optional
+        Per-row arrays stored in cluster order too (e.g. encoded targets).
+
+    Returns
+    -------
+    index : InvertedIndex
+    extra_sorted : dict of name -> ndarray, the ``extra`` arrays in index order
+
+    Notes
+    -----
+    Passes over X: one shuffle (``Xd[order]``, dask's take) plus the squared
+    norms, fused with the write.  The driver holds ``n_samples`` integers.
+    """
+    labels = np.asarray(labels).astype(np.int64, copy=False)
+    order = np.argsort(labels, kind="stable")
+    counts = np.bincount(labels, minlength=n_clusters)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    extra_sorted = {k: np.asarray(v)[order] for k, v in (extra or {}).items()}
+    with dask.config.set({"array.slicing.split_large_chunks": False}):
+        Xs = Xd[order]
+    if path is None:
+        Xs = np.ascontiguousarray(compute(Xs, n_tasks=Xs.numblocks[0])[0])
+        index = InvertedIndex(offsets, X=Xs, ids=order, sq_norms=_sq_norms_block(Xs))
+        return index, extra_sorted
+    from ..io import save_arrays
+
+    rows = int(max(1, min(Xd.shape[0], _ZARR_CHUNK_BYTES // max(1, Xd.shape[1] * Xd.itemsize))))
+    Xs = Xs.rechunk({0: rows, 1: -1})
+    sq = Xs.map_blocks(_sq_norms_block, drop_axis=1, dtype=np.float64)
+    arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
+              "offsets": offsets}
+    for k, v in extra_sorted.items():
+        arrays[f"extra_{k}"] = v
+    save_arrays(arrays, path, overwrite=overwrite,
+                attrs={"dqkm_index": {"format_version": INDEX_FORMAT_VERSION,
+                                      "n_clusters": int(n_clusters),
+                                      "n_samples": int(Xd.shape[0]),
+                                      "n_features": int(Xd.shape[1]),
+                                      "dtype": str(Xd.dtype)}})
+    return InvertedIndex.open(path), extra_sorted
+
+
+# ============================================================================ search
+def _merge_topk(best_d, best_i, cand_d, cand_i, k):
+    """Keep the k smallest of the union of two candidate sets, per row."""
+    d = np.concatenate([best_d, cand_d], axis=1)
+    i = np.concatenate([best_i, cand_i], axis=1)
+    if d.shape[1] > k:
+        part = np.argpartition(d, k - 1, axis=1)[:, :k]
+        d = np.take_along_axis(d, part, axis=1)
+        i = np.take_along_axis(i, part, axis=1)
+    return d, i
+
+
+def _complete_probes(Q, probes, counts, centers, k):
+    """Per query: the probed clusters, extended by the next-nearest ones (by
+    distance to ``centers``) while they hold fewer than ``k`` rows."""
+    lists = [list(p) for p in probes]
+    held = counts[probes].sum(axis=1)
+    short = np.flatnonzero(held < k)
+    if short.size:
+        C = np.asarray(centers, dtype=np.float64)
+        q = Q[short].astype(np.float64)
+        d2 = (C * C).sum(1)[None, :] - 2.0 * q @ C.T
+        ranks = np.argsort(d2, axis=1, kind="stable")
+        for r, qi in enumerate(short):
+            have = set(lists[qi])
+            total = held[qi]
+            for c in ranks[r]:
+                if total >= k:
+                    break
+                if c not in have and counts[c]:
+                    lists[qi].append(int(c))
+                    total += counts[c]
+    return lists
+
+
+def _exact_sq_distances(Q64, grp_q, Xt, cand):
+    """``‖q − x‖²`` in float64 for the candidate pairs, by batches of queries
+    so that the (batch × kk × D) difference stays around 32 MB."""
+    m, kk = cand.shape
+    out = np.empty((m, kk), dtype=np.float64)
+    step = max(1, (1 << 22) // max(1, kk * Xt.shape[1]))
+    for a in range(0, m, step):
+        diff = Q64[grp_q[a:a + step]][:, None, :] - Xt[cand[a:a + step]]
+        out[a:a + step] = np.einsum("ijk,ijk->ij", diff, diff)
+    return out
+
+
+def search_block(Q, probes, index, n_neighbors, centers):
+    """Exact k-NN of the queries ``Q`` among the rows of their probed clusters.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (m, n_features)
+    probes : ndarray of shape (m, n_probe), int — clusters to search per query
+    index : InvertedIndex
+    n_neighbors : int (at most the number of indexed rows)
+    centers : ndarray of shape (n_clusters, n_features)
+        Used only when a query's probed clusters hold fewer than
+        ``n_neighbors`` rows: the next-nearest clusters are added.
+
+    Returns
+    -------
+    ndarray of shape (m, 2·n_neighbors), float64
+        Distances (ascending) in the first half, the original row ids in
+        the second (exact as float64 below 2^53).
+
+    Candidates are chosen per tile of a cluster by ``‖x‖² − 2q·x`` (one GEMM in
+    the data's dtype); their distances are then recomputed exactly as
+    ``‖q − x‖`` in float64 before the running top-k merge.
+    """
+    m = Q.shape[0]
+    k = int(n_neighbors)
+    out = np.empty((m, 2 * k), dtype=np.float64)
+    if m == 0:
+        return out
+    probes = np.asarray(probes, dtype=np.int64).reshape(m, -1)
+    counts = np.diff(index.offsets)
+    lists = _complete_probes(Q, probes, counts, centers, k)
+    pairs_q = np.concatenate([np.full(len(lst), qi, dtype=np.int64)
+                              for qi, lst in enumerate(lists)])
+    pairs_c = np.concatenate([np.asarray(lst, dtype=np.int64) for lst in lists])
+    order = np.argsort(pairs_c, kind="stable")
+    pairs_q, pairs_c = pairs_q[order], pairs_c[order]
+    bounds = np.flatnonzero(np.diff(pairs_c)) + 1
+    best_d = np.full((m, k), np.inf)
+    best_i = np.full((m, k), -1, dtype=np.int64)
+    Q64 = Q.astype(np.float64, copy=False)
+    for grp_q, grp_c in zip(np.split(pairs_q, bounds), np.split(pairs_c, bounds)):
+        c = int(grp_c[0])
+        if counts[c] == 0:
+            continue
+        rows, ids, sqn = index.cluster(c)
+        Qc = Q[grp_q]
+        for lo in range(0, rows.shape[0], _TILE_ROWS):
+            Xt = np.asarray(rows[lo:lo + _TILE_ROWS])
+            scores = sqn[lo:lo + _TILE_ROWS][None, :] - 2.0 * (Qc @ Xt.T)
+            kk = min(k, Xt.shape[0])
+            if kk < Xt.shape[0]:
+                cand = np.argpartition(scores, kk - 1, axis=1)[:, :kk]
+            else:
+                cand = np.broadcast_to(np.arange(kk), (len(grp_q), kk))
+            cand_d = _exact_sq_distances(Q64, grp_q, Xt, cand)
+            cand_i = np.asarray(ids[lo:lo + _TILE_ROWS], dtype=np.int64)[cand]
+            best_d[grp_q], best_i[grp_q] = _merge_topk(best_d[grp_q], best_i[grp_q],
+                                                       cand_d, cand_i, k)
+    srt = np.lexsort((best_i, best_d), axis=1)  # ascending distance, ties by lower id
+    out[:, :k] = np.sqrt(np.take_along_axis(best_d, srt, axis=1))
+    out[:, k:] = np.take_along_axis(best_i, srt, axis=1)
+    return out
+
+
+def _top_probes_block(dist, n_probe):
+    if dist.shape[0] == 0:
+        return np.empty((0, n_probe), dtype=np.int64)
+    part = np.argpartition(dist, n_probe - 1, axis=1)[:, :n_probe]
+    d = np.take_along_axis(dist, part, axis=1)
+    return np.take_along_axis(part, np.argsort(d, axis=1, kind="stable"), axis=1)
+
+
+def _center_sq_dist_block(block, C):
+    c_sq = np.einsum("ij,ij->i", C, C, dtype=np.float64)
+    return c_sq[None, :] - 2.0 * (block @ C.T)  # + ‖x‖², constant per row: same ranking
+
+
+def center_sq_distances(Qd, centers):
+    """Lazy ``‖c‖² − 2q·c`` (squared distance up to ‖q‖², which does not change
+    the ranking of the centers), shape (n, K)."""
+    C = broadcast(np.asarray(centers, dtype=Qd.dtype), "centers")
+    return Qd.map_blocks(_center_sq_dist_block, C, chunks=(Qd.chunks[0], (centers.shape[0],)),
+                         dtype=np.float64)
+
+
+def probe_clusters(assign, n_probe):
+    """Lazy ``(n, n_probe)`` probes from either labels ``(n,)`` or distances ``(n, K)``."""
+    if assign.ndim == 1:
+        return assign.astype(np.int64)[:, None]
+    return assign.map_blocks(_top_probes_block, n_probe, chunks=(assign.chunks[0], (n_probe,)),
+                             dtype=np.int64)
+
+
+def search(Qd, probes, index, n_neighbors, centers):
+    """Lazy k-NN of the rows of ``Qd`` through ``index``.
+
+    Parameters
+    ----------
+    Qd : dask array of shape (n_queries, n_features), chunked along rows only
+    probes : dask array of shape (n_queries, n_probe), int, aligned with Qd
+    index : InvertedIndex
+    n_neighbors : int
+    centers : ndarray of shape (n_clusters, n_features)
+
+    Returns
+    -------
+    distances : dask array of shape (n_queries, n_neighbors), float64
+    indices : dask array of shape (n_queries, n_neighbors), int64
+
+    One task per block of queries; the index (or, Zarr-backed, its path) and
+    the centers are broadcast once.  Memory per task: the query block, one
+    tile of one cluster and the (block × n_neighbors) running best.
+    """
+    k = int(n_neighbors)
+    idx = broadcast(index, "cluster-index")
+    cen = broadcast(np.asarray(centers), "centers")
+    probes = probes.rechunk({0: Qd.chunks[0], 1: -1})
+    out = da.blockwise(search_block, "io", Qd, "if", probes, "ip", idx, None, k, None,
+                       cen, None, new_axes={"o": 2 * k}, concatenate=True, dtype=np.float64,
+                       name=f"dqkm-search-{uuid.uuid4().hex[:12]}")
+    return out[:, :k], out[:, k:].astype(np.int64)
+
+
+# ============================================================================ Nyström
+def landmark_products(X, op):
+    """``X·Uᵀ`` for a landmark operator: a dense (K, D) ndarray, or any object
+    with ``apply_rows`` (sparse factors, Hadamard landmarks)."""
+    if isinstance(op, np.ndarray):
+        return X @ op.T
+    return op.apply_rows(X)
+
+
+def kernel_from_products(P, x_sq, u_sq, kernel, gamma):
+    """Kernel values from inner products: ``P[i, k] = x_i·u_k``.
+
+    'linear': ``P``; 'rbf': ``exp(−γ·max(‖x‖² − 2P + ‖u‖², 0))``.
+    """
+    if kernel == "linear":
+        return P
+    d2 = x_sq[:, None] - 2.0 * P + u_sq[None, :]
+    np.maximum(d2, 0, out=d2)
+    d2 *= -gamma
+    return np.exp(d2, out=d2)
+
+
+def nystroem_block(block, state):
+    """Nyström features of one block: ``k(block, U) · Nᵀ``, in the block's dtype."""
+    op, u_sq, normalization, kernel, gamma = state
+    if block.shape[0] == 0:
+        return np.empty((0, normalization.shape[0]), dtype=block.dtype)
+    P = landmark_products(block, op)
+    x_sq = np.einsum("ij,ij->i", block, block, dtype=np.float64).astype(P.dtype)
+    C = kernel_from_products(P, x_sq, u_sq.astype(P.dtype), kernel, gamma)
+    return (C @ normalization.T.astype(P.dtype)).astype(block.dtype, copy=False)
+
+
+def nystroem_map(Xd, op, u_sq, normalization, kernel, gamma):
+    """Lazy Nyström feature map of the rows of ``Xd``, shape (n, n_components).
+
+    The landmark state (operator, ‖u‖², the K×K normalisation) is broadcast
+    once; one task per block; memory per task: the block and n_block × K.
+    """
+    st = broadcast((op, np.asarray(u_sq), np.asarray(normalization), kernel, gamma),
+                   "nystroem")
+    n_out = normalization.shape[0]
+    return Xd.map_blocks(nystroem_block, st, chunks=(Xd.chunks[0], (n_out,)), dtype=Xd.dtype,
+                         meta=np.empty((0, 0), Xd.dtype))
