@@ -21,7 +21,13 @@ _LAZY = {
 __all__ = sorted(_LAZY) + ["__version__"]
 
 
+_SUBMODULES = {"cluster", "cluster_config", "datasets", "io", "kernels", "kernel_approximation",
+               "metrics", "monitor", "neighbors", "parallel"}
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"dqkm.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'dqkm' has no attribute {name!r}")

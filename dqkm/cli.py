@@ -49,44 +49,40 @@ def _check_out(path, overwrite):
 
 @contextlib.contextmanager
 def _scheduler(args):
-    """Set up the scheduler named on the command line for the duration of a command."""
+    """Set up the scheduler named on the command line for the duration of a command.
+
+    ``--cluster FILE`` and ``--scheduler local`` both go through
+    :func:`dqkm.cluster_config.get_client` (``local`` is the packaged
+    ``cluster_configs/local.yaml`` with ``--n-workers``); an ADDRESS connects
+    to a running scheduler; ``threads`` uses Dask's threaded scheduler.
+    """
     import dask
 
-    cluster_file = getattr(args, "cluster", None)
-    if cluster_file:
-        from .cluster_config import get_client
-
-        client = get_client(cluster_file)
-        print(f"cluster: {client.dashboard_link or client.scheduler.address}", flush=True)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
     sched = getattr(args, "scheduler", "threads")
-    if sched in ("threads", "sync", "synchronous"):
+    cluster_file = getattr(args, "cluster", None)
+    if not cluster_file and sched in ("threads", "sync", "synchronous"):
         with dask.config.set(scheduler="threads" if sched == "threads" else "sync"):
             yield None
         return
-    from distributed import Client, LocalCluster
+    from .cluster_config import get_client
+    from .parallel.engine import scheduler_workers
 
-    if sched == "local":
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-            cluster = LocalCluster(n_workers=args.n_workers, threads_per_worker=1,
-                                   dashboard_address=":0" if args.dashboard else None,
-                                   silence_logs=logging.ERROR)
-        client = Client(cluster)
-        print(f"LocalCluster with {args.n_workers} workers; dashboard: {client.dashboard_link}",
-              flush=True)
+    if cluster_file:
+        client = get_client(cluster_file)
+    elif sched == "local":
+        local = {"n_workers": args.n_workers}
+        if not args.dashboard:
+            local["dashboard_address"] = None
+        client = get_client("local", overrides={"local": local})
     else:
-        client = Client(sched)
-        print(f"connected to {sched}; dashboard: {client.dashboard_link}", flush=True)
-    try:
+        client = get_client({"backend": "existing", "existing": {"address": sched}})
+    with client:
+        started = getattr(client, "cluster", None) is not None
+        kind = type(client.cluster).__name__ if started else "existing scheduler"
+        dashboard = client.dashboard_link if (not started or args.dashboard) else None
+        print(f"cluster: {client.scheduler.address} ({kind}, {len(scheduler_workers(client))} "
+              "workers)" + (f"; dashboard: {dashboard}" if dashboard else ""), flush=True)
         yield client
-    finally:
-        client.close()
-        if sched == "local":
-            cluster.close()
 
 
 def _progress(args):
@@ -262,10 +258,8 @@ def main(argv=None):
     logging.getLogger("dqkm").setLevel(level)
     try:
         args.func(args)
-    except (CLIError, FileExistsError, FileNotFoundError) as e:
-        print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, TypeError) as e:
+    except (CLIError, FileExistsError, FileNotFoundError, ImportError, ValueError,
+            TypeError) as e:
         print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -214,33 +214,25 @@ def sum_partials(parts: list):
     return out
 
 
+def scheduler_workers(client) -> dict:
+    """Every worker's info from the scheduler (newer ``distributed`` lists only 5
+    unless asked for all with ``n_workers=-1``)."""
+    import inspect
+
+    params = inspect.signature(client.scheduler_info).parameters
+    info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
+    return info["workers"]
+
+
 def _cluster_memory_bytes() -> float:
     client = active_client()
     if client is not None:
-        workers = client.scheduler_info(n_workers=-1)["workers"].values() \
-            if _accepts_n_workers(client) else client.scheduler_info()["workers"].values()
-        total = sum(float(w.get("memory_limit") or 0) for w in workers)
+        total = sum(float(w.get("memory_limit") or 0) for w in scheduler_workers(client).values())
         if total > 0:
             return total
     import psutil
 
     return float(psutil.virtual_memory().available)
-
-
-def _accepts_n_workers(client) -> bool:
-    import inspect
-
-    try:
-        return "n_workers" in inspect.signature(client.scheduler_info).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return False
-
-
-def _is_in_memory(X: da.Array) -> bool:
-    """True when every block of X is already materialised (NumPy or futures)."""
-    graph = X.__dask_graph__()
-    layers = getattr(graph, "layers", {})
-    return len(layers) == 1 and X.name.startswith(("array-", "dqkm-persisted"))
 
 
 def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0.5):
