@@ -1,0 +1,372 @@
+"""K-Multiple-Means on one chunk of rows: neighbour prototypes and CAN rows of S.
+
+Each data point x_i is connected to its ``l`` nearest prototypes under
+
+    D[i, j] = D_E[i, j] + β·D_F[i, j]                        (Fujiwara et al., eq. 32)
+
+with ``D_E = ‖x_i − a_j‖²`` (eq. 33) and ``D_F`` the spectral term of eq. (34),
+computed by one of four rules (``mode``):
+
+* ``MODE_NONE``  β = 0: ``D_F`` is not used (Algorithm 4, line 8);
+* ``MODE_COMPONENTS``  b ≥ c: eq. (56), 0 inside a connected component,
+  ½(1/n_i + 1/n_j) across components;
+* ``MODE_EXTRA``  b < c, F-KMM: eq. (50) (Lemma 4.8), the first b columns of F
+  in closed form, only the c − b extra columns read;
+* ``MODE_FULL``  b < c, reference: eq. (11) on all c columns of F.
+
+The weights follow the closed form of eq. (10) with the (l+1)-th distance; ties
+are broken by the lower prototype index (the order is the pair ``(D, j)``).
+
+``solver='fast'`` computes the exact ``D_E`` only where the rank-d′ SVD lower
+bound of Lemma 4.10 (eq. 57), minus a floating-point margin, does not exceed the
+current (l+1)-th smallest distance (Algorithm 3); the reference computes every
+``D_E``.  Both use the same float64 routine for an exact distance, so a pair
+computed by both has bit-identical ``D_E``.
+
+All kernels are pure: inputs are never mutated; buffers written in place are
+marked ``# OUT``.
+
+References
+----------
+Y. Fujiwara et al., *Efficient Algorithm for K-Multiple-Means*, SIGMOD 2024
+(eqs. 10–12, 32–34, 50, 56, 57; Lemma 4.10; Algorithm 3).
+F. Nie, C.-L. Wang, X. Li, *K-Multiple-Means*, KDD 2019.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "MODE_NONE", "MODE_COMPONENTS", "MODE_EXTRA", "MODE_FULL", "LB_MARGIN",
+    "NeighborResult", "SpectralTerm", "nearest_prototypes", "can_weights", "project",
+]
+
+MODE_NONE = 0
+MODE_COMPONENTS = 1
+MODE_EXTRA = 2
+MODE_FULL = 3
+
+#: relative floating-point slack of the lower bound: a pair is pruned only when
+#: ``lb − LB_MARGIN·(‖x − μ‖² + ‖a − μ‖²) > current (l+1)-th distance``.
+LB_MARGIN = 1e-9
+
+
+@dataclass(frozen=True)
+class SpectralTerm:
+    """What a chunk needs to evaluate β·D_F[i, j] (eq. 34) for its rows.
+
+    Attributes
+    ----------
+    mode : int
+        One of ``MODE_NONE``, ``MODE_COMPONENTS``, ``MODE_EXTRA``, ``MODE_FULL``.
+    beta : float
+    point_comp : ndarray of shape (n_rows,), int64
+        Connected component of each row (−1: none / outlier).
+    point_inv_n : ndarray of shape (n_rows,)
+        1/n_k of the row's component (n_k = data points in component k).
+    proto_comp : ndarray of shape (m,), int64
+        Component of each prototype (−1: prototype with no data point).
+    proto_inv_n : ndarray of shape (m,)
+        1/n_k of the prototype's component (0 for an empty prototype).
+    point_f : ndarray of shape (n_rows, k)
+        ``f_i/√d[i]``: the c − b extra columns (MODE_EXTRA) or all c columns
+        (MODE_FULL) of F's data rows; shape (n_rows, 0) otherwise.
+    proto_g : ndarray of shape (m, k)
+        ``f_{n+j}/√d[n+j]`` for the same columns.
+    """
+
+    mode: int
+    beta: float
+    point_comp: np.ndarray
+    point_inv_n: np.ndarray
+    proto_comp: np.ndarray
+    proto_inv_n: np.ndarray
+    point_f: np.ndarray
+    proto_g: np.ndarray
+
+    @classmethod
+    def none(cls, n_rows, m):
+        """β = 0: the plain Euclidean neighbours (Algorithm 4, line 8)."""
+        return cls(MODE_NONE, 0.0, np.full(n_rows, -1, np.int64), np.zeros(n_rows),
+                   np.full(m, -1, np.int64), np.zeros(m), np.zeros((n_rows, 0)),
+                   np.zeros((m, 0)))
+
+
+@dataclass(frozen=True)
+class NeighborResult:
+    """The l+1 nearest prototypes of each row, sorted by ``(D, j)``.
+
+    Attributes
+    ----------
+    indices : ndarray of shape (n_rows, l + 1), int32
+        Prototype indices (−1 for skipped rows).
+    distances : ndarray of shape (n_rows, l + 1), float64
+        D = D_E + β·D_F of those pairs.
+    exact_de : ndarray of shape (n_rows, l + 1), float64
+        D_E of those pairs.
+    n_exact : int
+        Number of exact D_E computed.
+    n_pairs : int
+        Number of (row, prototype) pairs considered (rows × m).
+    """
+
+    indices: np.ndarray
+    distances: np.ndarray
+    exact_de: np.ndarray
+    n_exact: int
+    n_pairs: int
+
+
+def project(X, mu, V):
+    """Rank-d′ coordinates and residual norms of Definition 4.9.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+    mu : ndarray of shape (d,)
+        Centre subtracted first (distances are shift invariant; centring keeps
+        the norms, hence the rounding error of the bound, small).
+    V : ndarray of shape (d, d′), orthonormal columns
+
+    Returns
+    -------
+    xt : ndarray of shape (n, d′)
+        ``(x − μ)·V``.
+    xperp : ndarray of shape (n,)
+        ``x′ = ‖(x − μ) − (x − μ)·V·Vᵀ‖`` — the residual norm computed
+        directly, not as √(‖x‖² − ‖x̃‖²), so it has no cancellation.
+    norm2 : ndarray of shape (n,)
+        ``‖x − μ‖²`` (scales the floating-point margin).
+    """
+    Xc = np.asarray(X, dtype=np.float64) - np.asarray(mu, dtype=np.float64)
+    xt = Xc @ V
+    r = Xc - xt @ V.T
+    return xt, np.sqrt(np.einsum("ij,ij->i", r, r)), np.einsum("ij,ij->i", Xc, Xc)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sqdist(X, i, A, j):
+    d = X.shape[1]
+    s = 0.0
+    for k in range(d):
+        t = np.float64(X[i, k]) - A[j, k]
+        s += t * t
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _insert(topD, topJ, topE, D, j, E):  # OUT topD, topJ, topE
+    """Insert (D, j) into the ascending list if it beats its last entry."""
+    L = topD.shape[0]
+    last = L - 1
+    if D > topD[last] or (D == topD[last] and j > topJ[last]):
+        return
+    k = last
+    while k > 0 and (topD[k - 1] > D or (topD[k - 1] == D and topJ[k - 1] > j)):
+        topD[k] = topD[k - 1]
+        topJ[k] = topJ[k - 1]
+        topE[k] = topE[k - 1]
+        k -= 1
+    topD[k] = D
+    topJ[k] = j
+    topE[k] = E
+
+
+@njit(cache=True, nogil=True)
+def _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2):
+    if mode == 0:
+        return 0.0
+    if mode == 3:  # eq. (11): all c columns
+        s = 0.0
+        for k in range(F.shape[1]):
+            t = F[i, k] - G[j, k]
+            s += t * t
+        return s
+    same = pcomp[i] == qcomp[j] and pcomp[i] >= 0
+    if mode == 1:  # eq. (56)
+        if same:
+            return 0.0
+        return 0.5 * (pinv[i] + qinv[j])
+    # mode 2, eq. (50)
+    if same:
+        s = 0.0
+        for k in range(F.shape[1]):
+            t = F[i, k] - G[j, k]
+            s += t * t
+        return s
+    return 0.5 * (pinv[i] + qinv[j]) + f2[i] + g2[j]
+
+
+@njit(cache=True, nogil=True)
+def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, g2,
+                    pruned, xt, xperp, xn2, at, aperp, an2, margin,
+                    idx, dist, de):  # OUT idx, dist, de
+    n = X.shape[0]
+    m = A.shape[0]
+    L = idx.shape[1]
+    dp = xt.shape[1]
+    topD = np.empty(L)
+    topJ = np.empty(L, np.int64)
+    topE = np.empty(L)
+    seedD = np.empty(L)
+    seedJ = np.empty(L, np.int64)
+    seedE = np.empty(L)
+    lbm = np.empty(m)
+    dfv = np.empty(m)
+    seen = np.zeros(m, np.bool_)
+    n_exact = 0
+    for i in range(n):
+        if skip[i]:
+            for k in range(L):
+                idx[i, k] = -1
+                dist[i, k] = np.inf
+                de[i, k] = np.inf
+            continue
+        for k in range(L):
+            topD[k] = np.inf
+            topJ[k] = m
+            topE[k] = np.inf
+        if not pruned:
+            for j in range(m):
+                e = _sqdist(X, i, A, j)
+                D = e + beta * _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2)
+                _insert(topD, topJ, topE, D, j, e)
+            n_exact += m
+        else:
+            # Lemma 4.10 lower bound for every prototype, minus the float slack
+            for k in range(L):
+                seedD[k] = np.inf
+                seedJ[k] = m
+                seedE[k] = 0.0
+            for j in range(m):
+                s = 0.0
+                for k in range(dp):
+                    t = xt[i, k] - at[j, k]
+                    s += t * t
+                t = xperp[i] - aperp[j]
+                f = beta * _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2)
+                dfv[j] = f
+                v = s + t * t + f - margin * (xn2[i] + an2[j])
+                lbm[j] = v
+                _insert(seedD, seedJ, seedE, v, j, 0.0)
+            # exact distances for the l+1 smallest bounds first, then for every
+            # prototype whose bound does not exceed the current (l+1)-th distance
+            for k in range(L):
+                j = seedJ[k]
+                if j >= m:
+                    continue
+                e = _sqdist(X, i, A, j)
+                n_exact += 1
+                seen[j] = True
+                _insert(topD, topJ, topE, e + dfv[j], j, e)
+            for j in range(m):
+                if seen[j]:
+                    continue
+                if lbm[j] <= topD[L - 1]:
+                    e = _sqdist(X, i, A, j)
+                    n_exact += 1
+                    _insert(topD, topJ, topE, e + dfv[j], j, e)
+            for k in range(L):
+                j = seedJ[k]
+                if j < m:
+                    seen[j] = False
+        for k in range(L):
+            idx[i, k] = topJ[k] if topJ[k] < m else -1
+            dist[i, k] = topD[k]
+            de[i, k] = topE[k]
+    return n_exact
+
+
+def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None):
+    """The ``l + 1`` nearest prototypes of every row under eq. (32).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, n_features), float32 or float64
+    A : ndarray of shape (m, n_features)
+        Prototypes (used in float64).
+    n_neighbors : int
+        l; ``l + 1 ≤ m``.
+    term : SpectralTerm
+        β and the D_F rule.
+    skip : ndarray of shape (n_rows,), bool, optional
+        Rows to leave out (outliers): their indices are −1.
+    pruned : bool
+        Algorithm 3: exact D_E only where the lower bound cannot prune.
+    lb : tuple ``(xt, xperp, xn2, at, aperp, an2)``, required when pruned
+        From :func:`project` for the rows and for the prototypes.
+
+    Returns
+    -------
+    NeighborResult
+    """
+    X = np.ascontiguousarray(X)
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    n, m = X.shape[0], A.shape[0]
+    L = int(n_neighbors) + 1
+    if L > m:
+        raise ValueError(f"n_neighbors + 1 = {L} must be at most the number of prototypes {m}.")
+    skip = np.zeros(n, np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
+    if pruned:
+        xt, xperp, xn2, at, aperp, an2 = (np.ascontiguousarray(a, dtype=np.float64) for a in lb)
+    else:
+        xt = np.zeros((n, 0))
+        at = np.zeros((m, 0))
+        xperp = xn2 = np.zeros(n)
+        aperp = an2 = np.zeros(m)
+    F = np.ascontiguousarray(term.point_f, dtype=np.float64)
+    G = np.ascontiguousarray(term.proto_g, dtype=np.float64)
+    f2 = np.einsum("ij,ij->i", F, F) if F.size else np.zeros(n)
+    g2 = np.einsum("ij,ij->i", G, G) if G.size else np.zeros(m)
+    idx = np.empty((n, L), np.int32)
+    dist = np.empty((n, L))
+    de = np.empty((n, L))
+    n_exact = _neighbors_loop(
+        X, A, skip, int(term.mode), float(term.beta),
+        np.ascontiguousarray(term.point_comp, np.int64), np.ascontiguousarray(term.point_inv_n, np.float64),
+        np.ascontiguousarray(term.proto_comp, np.int64), np.ascontiguousarray(term.proto_inv_n, np.float64),
+        F, G, f2, g2, bool(pruned), xt, xperp, xn2, at, aperp, an2, LB_MARGIN, idx, dist, de)
+    return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
+
+
+def can_weights(distances):
+    """CAN closed form of eq. (10) and the α_i of the text below eq. (12).
+
+    Parameters
+    ----------
+    distances : ndarray of shape (n_rows, l + 1)
+        Sorted distances to the l+1 nearest prototypes (rows of +inf are
+        skipped rows).
+
+    Returns
+    -------
+    weights : ndarray of shape (n_rows, l)
+        ``s_ij = (d_(l+1) − d_ij) / (l·d_(l+1) − Σ_{k≤l} d_ik)``; when the
+        denominator is 0 (all l+1 distances equal) every weight is 1/l.  Rows
+        sum to 1 (eq. 12); skipped rows are 0.
+    alpha : ndarray of shape (n_rows,)
+        ``α_i = (l/2)·d_(l+1) − ½ Σ_{k≤l} d_ik`` (0 for skipped rows).
+    """
+    D = np.asarray(distances, dtype=np.float64)
+    n, L = D.shape
+    ell = L - 1
+    valid = np.isfinite(D[:, 0])
+    W = np.zeros((n, ell))
+    alpha = np.zeros(n)
+    if not valid.any():
+        return W, alpha
+    Dv = D[valid]
+    top = Dv[:, ell]
+    denom = ell * top - Dv[:, :ell].sum(axis=1)
+    ok = denom > 0
+    Wv = np.full((Dv.shape[0], ell), 1.0 / ell)
+    Wv[ok] = (top[ok, None] - Dv[ok, :ell]) / denom[ok, None]
+    W[valid] = Wv
+    alpha[valid] = 0.5 * np.maximum(denom, 0.0)
+    return W, alpha

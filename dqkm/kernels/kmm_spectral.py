@@ -1,0 +1,349 @@
+"""K-Multiple-Means, the small part done on the driver: M = S̃ᵀS̃, its connected
+components (Algorithm 1), the block eigen-solver (Lemma 4.3, Lemma 4.5,
+Algorithm 2), and the reference SVD of S̃ (eq. 8).
+
+The chunk side produces the pieces summed over all rows: the sparse m × m
+``SᵀS``, the column sums ``d[n+j] = Σ_i s_ij`` (eq. 22) and ``SᵀX``
+(:func:`chunk_statistics`).  With ``D_n = I`` (rows of S sum to 1, eq. 12),
+
+    M = S̃ᵀS̃ = D_m^{-1/2} SᵀS D_m^{-1/2}                       (eqs. 6, 15, 25)
+
+Prototypes with no data point (``d[n+j] = 0``) have no edge in the bipartite
+graph: they belong to no component, ``D_m^{-1/2}`` is taken as 0 for them (the
+pseudo-inverse), and they are reported as empty.
+
+References
+----------
+Y. Fujiwara et al., *Efficient Algorithm for K-Multiple-Means*, SIGMOD 2024
+(eqs. 6, 8, 15–18, 22, 29, 30, 40; Lemmas 4.1, 4.3, 4.5; Algorithms 1, 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import LinearOperator, eigsh, svds
+
+__all__ = [
+    "ChunkStatistics", "Components", "EigenResult", "chunk_statistics", "merge_statistics",
+    "components", "prototype_matrix", "block_eigen", "reference_svd", "ZERO_EIGENVALUE",
+    "DENSE_EIGH_MAX",
+]
+
+#: eigenvalues (σ²) at or below this are treated as 0: their F column is zero
+ZERO_EIGENVALUE = 1e-12
+#: blocks up to this size are solved by LAPACK, larger ones by ARPACK (Lanczos)
+DENSE_EIGH_MAX = 400
+
+
+@dataclass(frozen=True)
+class ChunkStatistics:
+    """Sums over a set of rows, combined by :func:`merge_statistics`.
+
+    Attributes
+    ----------
+    sts : scipy.sparse.csr_matrix of shape (m, m)
+        ``SᵀS`` over the rows (only pairs with positive weights).
+    colsum : ndarray of shape (m,)
+        ``Σ_i s_ij``.
+    stx : ndarray of shape (m, d)
+        ``Σ_i s_ij x_i`` (float64).
+    """
+
+    sts: sp.csr_matrix
+    colsum: np.ndarray
+    stx: np.ndarray
+
+
+def chunk_statistics(X, indices, weights, m):
+    """``SᵀS``, column sums and ``SᵀX`` of one chunk's rows of S.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, d)
+    indices : ndarray of shape (n_rows, l), int
+        Neighbour prototypes (−1 for rows outside the graph).
+    weights : ndarray of shape (n_rows, l)
+    m : int
+
+    Returns
+    -------
+    ChunkStatistics
+    """
+    idx = np.asarray(indices)
+    w = np.asarray(weights, dtype=np.float64)
+    keep = (idx >= 0) & (w > 0)
+    rows = np.nonzero(keep)[0]
+    cols = idx[keep].astype(np.int64)
+    vals = w[keep]
+    n = idx.shape[0]
+    S = sp.csr_matrix((vals, (rows, cols)), shape=(n, m))
+    sts = (S.T @ S).tocsr()
+    sts.eliminate_zeros()
+    colsum = np.bincount(cols, weights=vals, minlength=m).astype(np.float64)
+    stx = np.asarray(S.T @ np.asarray(X, dtype=np.float64))
+    return ChunkStatistics(sts, colsum, stx)
+
+
+def merge_statistics(parts):
+    """Sum a list of :class:`ChunkStatistics` (one node of the tree reduction)."""
+    sts = parts[0].sts.copy()
+    colsum = parts[0].colsum.copy()
+    stx = parts[0].stx.copy()
+    for p in parts[1:]:
+        sts = sts + p.sts
+        colsum += p.colsum
+        stx += p.stx
+    return ChunkStatistics(sts.tocsr(), colsum, stx)
+
+
+@dataclass(frozen=True)
+class Components:
+    """Connected components of the bipartite graph, read on the prototype side.
+
+    Attributes
+    ----------
+    n_components : int
+        b: components that hold at least one data point.
+    proto_comp : ndarray of shape (m,), int64
+        Component of each prototype, numbered in the order of their lowest
+        prototype index; −1 for a prototype with no data point.
+    sizes : ndarray of shape (b,)
+        n_k, the number of data points in component k, = Σ_{j∈k} d[n+j]
+        (eq. 40), rounded to the nearest integer.
+    empty : ndarray of int
+        Prototypes with no data point.
+    """
+
+    n_components: int
+    proto_comp: np.ndarray
+    sizes: np.ndarray
+    empty: np.ndarray
+
+
+def components(sts, colsum):
+    """b and the components (Algorithm 1, line 9) from the pattern of SᵀS.
+
+    Two prototypes are joined when some data point has a positive weight on
+    both, which is exactly connectivity in the bipartite graph of S; every
+    data point has a positive weight on its nearest prototype, so each data
+    point lies in the component of that prototype.
+    """
+    colsum = np.asarray(colsum, dtype=np.float64)
+    m = colsum.shape[0]
+    G = sp.csr_matrix(sts)
+    G.eliminate_zeros()
+    _, lab = connected_components(G, directed=False)
+    nonempty = colsum > 0
+    proto_comp = np.full(m, -1, np.int64)
+    order = {}
+    for j in np.flatnonzero(nonempty):
+        k = order.setdefault(int(lab[j]), len(order))
+        proto_comp[j] = k
+    b = len(order)
+    sizes = np.rint(np.bincount(proto_comp[nonempty], weights=colsum[nonempty], minlength=b))
+    return Components(b, proto_comp, sizes, np.flatnonzero(~nonempty))
+
+
+def prototype_matrix(sts, colsum):
+    """M = D_m^{-1/2} SᵀS D_m^{-1/2} (eq. 25), sparse, with 0 for empty prototypes."""
+    colsum = np.asarray(colsum, dtype=np.float64)
+    inv = np.zeros_like(colsum)
+    pos = colsum > 0
+    inv[pos] = 1.0 / np.sqrt(colsum[pos])
+    Dh = sp.diags(inv)
+    return (Dh @ sp.csr_matrix(sts) @ Dh).tocsr()
+
+
+@dataclass(frozen=True)
+class EigenResult:
+    """The c largest eigenpairs of M from its blocks (Algorithm 2).
+
+    Attributes
+    ----------
+    values : ndarray of shape (c,)
+        Descending; the b Lemma-4.3 eigenvalues (= 1) come first.
+    vectors : ndarray of shape (m, c)
+        Unit eigenvectors of M (eq. 18: zero outside their block).
+    block : ndarray of shape (c,), int64
+        Component of each eigenvector (−1 for a dummy: fewer than c positive
+        eigenvalues exist; its vector and value are 0).
+    is_lemma : ndarray of shape (c,), bool
+        True for the b closed-form eigenpairs of Lemma 4.3.
+    n_lemma : int
+        Eigenpairs given in closed form by Lemma 4.3 (= b).
+    n_computed : int
+        Further eigenpairs computed (the paper's power-method calls).
+    n_naive : int
+        What the naive scheme computes by the power method: min(c, m_k)
+        eigenpairs of every block k (Fig. 4's "Naive", b·c when blocks are
+        large).
+    """
+
+    values: np.ndarray
+    vectors: np.ndarray
+    block: np.ndarray
+    is_lemma: np.ndarray
+    n_lemma: int
+    n_computed: int
+    n_naive: int
+
+
+def _top_eigpair(Mk, found_vals, found_vecs, rng):
+    """Largest eigenpair of ``Mk − Σ λ q qᵀ`` (the deflated block, Alg. 2 line 16).
+
+    The paper uses the power method here; this solves the same problem to
+    machine precision (LAPACK for small blocks, Lanczos/ARPACK for large
+    ones), so the result matches the SVD of S̃ and Theorem 4.14's equality
+    does not depend on a power-method tolerance.
+    """
+    mk = Mk.shape[0]
+    Q = np.array(found_vecs).T if found_vecs else np.zeros((mk, 0))
+    lam = np.array(found_vals)
+    if mk <= DENSE_EIGH_MAX:
+        B = Mk.toarray() if sp.issparse(Mk) else np.array(Mk, dtype=np.float64)
+        if Q.shape[1]:
+            B = B - (Q * lam) @ Q.T
+        B = 0.5 * (B + B.T)
+        w, v = scipy.linalg.eigh(B, subset_by_index=[mk - 1, mk - 1])
+        return float(w[0]), v[:, 0]
+
+    def mv(x):
+        x = np.ravel(x)
+        y = Mk @ x
+        if Q.shape[1]:
+            y = y - Q @ (lam * (Q.T @ x))
+        return y
+
+    op = LinearOperator((mk, mk), matvec=mv, dtype=np.float64)
+    v0 = rng.standard_normal(mk)
+    w, v = eigsh(op, k=1, which="LA", v0=v0, tol=0)
+    return float(w[0]), v[:, 0]
+
+
+def block_eigen(M, comps, colsum, n_clusters, rng=None):
+    """The c largest eigenpairs of M by blocks (Algorithm 2).
+
+    Each block's top eigenpair is ``λ = 1``, ``q = √d[n+j]`` normalised
+    (Lemma 4.3, eq. 29).  If ``b < c`` the next eigenpairs of a block are
+    computed one at a time, always in the block with the largest upper bound
+    ``λ̄_{i,j} = min(λ_{i,j−1}, δ_{i,j})``, ``δ_{i,2} = tr(M′_i) − 1``,
+    ``δ_{i,j} = δ_{i,j−1} − λ_{i,j−1}`` (eq. 30, Lemma 4.5), and only while
+    that bound is not below the smallest of the c eigenvalues kept so far
+    (which start as c dummy zeros).
+
+    Parameters
+    ----------
+    M : sparse matrix of shape (m, m)
+        From :func:`prototype_matrix`.
+    comps : Components
+    colsum : ndarray of shape (m,)
+    n_clusters : int
+        c.
+    rng : numpy.random.Generator, optional
+        Start vectors of the Lanczos solver on large blocks.
+
+    Returns
+    -------
+    EigenResult
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    M = sp.csr_matrix(M)
+    m = M.shape[0]
+    c = int(n_clusters)
+    b = comps.n_components
+    members = [np.flatnonzero(comps.proto_comp == k) for k in range(b)]
+    diag = M.diagonal()
+    # E: the c largest so far, as (λ, order, block, vector on the block)
+    E = [(0.0, (np.inf, i), -1, None) for i in range(c)]
+
+    def add(lam, key, k, vec):
+        pos = min(range(len(E)), key=lambda t: (E[t][0], -E[t][1][0], -E[t][1][1]))
+        if lam >= E[pos][0]:
+            E[pos] = (lam, key, k, vec)
+            return True
+        return False
+
+    lemma = []
+    for k in range(b):  # Lemma 4.3 (Algorithm 2, lines 3–10)
+        q = np.sqrt(colsum[members[k]])
+        q = q / np.linalg.norm(q)
+        lemma.append(q)
+        add(1.0, (k, 0), k, q)
+    n_computed = 0
+    if b < c:  # Algorithm 2, lines 11–21
+        found = [([1.0], [lemma[k]]) for k in range(b)]
+        size = np.array([len(mb) for mb in members])
+        depth = np.ones(b, np.int64)        # eigenpairs known in block k
+        last = np.ones(b)                   # λ_{k, depth}
+        delta = np.array([diag[mb].sum() for mb in members]) - 1.0  # δ_{k, depth+1}
+        blocks = {}
+        while True:
+            bound = np.where(depth < size, np.minimum(last, delta), -np.inf)
+            k = int(np.argmax(bound))
+            min_e = min(e[0] for e in E)
+            # Algorithm 2 line 14 computes while λ̄ ≥ min E; with λ̄ = λ_{j−1} = min E
+            # that always costs one useless eigenpair, and its result could only
+            # tie min E (an equally valid choice), so a bound equal to min E prunes.
+            if not np.isfinite(bound[k]) or bound[k] <= min_e:
+                break
+            if k not in blocks:
+                mk = members[k]
+                blocks[k] = M[mk][:, mk]
+            lam, vec = _top_eigpair(blocks[k], found[k][0], found[k][1], rng)
+            lam = max(lam, 0.0)
+            n_computed += 1
+            found[k][0].append(lam)
+            found[k][1].append(vec)
+            depth[k] += 1
+            last[k] = lam
+            delta[k] -= lam
+            add(lam, (k, int(depth[k]) - 1), k, vec)
+    E.sort(key=lambda e: (-e[0], e[1]))
+    values = np.zeros(c)
+    vectors = np.zeros((m, c))
+    block = np.full(c, -1, np.int64)
+    is_lemma = np.zeros(c, bool)
+    for t, (lam, key, k, vec) in enumerate(E):
+        if k < 0 or lam <= ZERO_EIGENVALUE:
+            continue
+        values[t] = lam
+        vectors[members[k], t] = vec
+        block[t] = k
+        is_lemma[t] = key[1] == 0
+    n_naive = sum(min(c, len(mb)) for mb in members)
+    return EigenResult(values, vectors, block, is_lemma, b, n_computed, int(n_naive))
+
+
+def reference_svd(S_tilde, n_clusters, *, dense_max=40_000_000, rng=None):
+    """Top-c singular triplets of S̃ = D_n^{-1/2} S D_m^{-1/2} (eq. 6) — the reference.
+
+    A dense LAPACK SVD when ``n·m ≤ dense_max``, otherwise ARPACK (``svds``).
+    Singular values with σ² ≤ ``ZERO_EIGENVALUE`` get zero vectors.
+
+    Returns
+    -------
+    U : ndarray of shape (n, c)
+    sigma : ndarray of shape (c,)
+    V : ndarray of shape (m, c)
+    """
+    n, m = S_tilde.shape
+    c = int(n_clusters)
+    if n * m <= dense_max or c >= min(n, m) - 1:
+        dense = S_tilde.toarray() if sp.issparse(S_tilde) else np.asarray(S_tilde)
+        U, s, Vt = scipy.linalg.svd(dense, full_matrices=False, lapack_driver="gesdd")
+        U, s, V = U[:, :c], s[:c], Vt[:c].T
+    else:
+        rng = np.random.default_rng(0) if rng is None else rng
+        U, s, Vt = svds(sp.csr_matrix(S_tilde), k=c, tol=0,
+                        v0=rng.standard_normal(min(n, m)))
+        order = np.argsort(-s, kind="stable")
+        U, s, V = U[:, order], s[order], Vt[order].T
+    zero = s ** 2 <= ZERO_EIGENVALUE
+    U = np.where(zero[None, :], 0.0, U)
+    V = np.where(zero[None, :], 0.0, V)
+    return U, np.where(zero, 0.0, s), V

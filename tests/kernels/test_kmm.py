@@ -1,0 +1,260 @@
+"""Kernels of K-Multiple-Means / F-KMM against hand-worked cases, brute force and eigh."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from dqkm.kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, SpectralTerm, can_weights,
+                              nearest_prototypes, project)
+from dqkm.kernels.kmm_init import kmeanspp_pruned, outlier_mask, svd_basis
+from dqkm.kernels.kmm_spectral import (block_eigen, chunk_statistics, components,
+                                       merge_statistics, prototype_matrix, reference_svd)
+
+
+# --------------------------------------------------------------------------- CAN rows
+def test_can_weights_by_hand():
+    # l = 3: d_(l+1) = 4, denominator 3·4 − (1 + 2 + 3) = 6
+    W, alpha = can_weights(np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 5.0, 5.0]]))
+    np.testing.assert_allclose(W[0], [3 / 6, 2 / 6, 1 / 6])
+    np.testing.assert_allclose(alpha[0], 3.0)
+    np.testing.assert_allclose(W[1], [1 / 3] * 3)  # all l+1 equal: uniform
+    assert alpha[1] == 0
+    np.testing.assert_allclose(W.sum(axis=1), 1.0)
+
+
+def test_can_weights_skipped_rows_are_zero():
+    W, alpha = can_weights(np.array([[np.inf, np.inf, np.inf], [0.0, 1.0, 3.0]]))
+    assert (W[0] == 0).all() and alpha[0] == 0
+    # (3 − 0)/(2·3 − 1) = 3/5, (3 − 1)/5 = 2/5
+    W2, _ = can_weights(np.array([[0.0, 1.0, 3.0]]))
+    np.testing.assert_allclose(W2[0], [3 / 5, 2 / 5])
+
+
+def test_ties_broken_by_lower_index():
+    X = np.zeros((1, 2))
+    A = np.array([[1.0, 0], [0, 1.0], [-1.0, 0], [0, -1.0], [2.0, 0]])
+    for pruned in (False, True):
+        mu, V = svd_basis(A, 1)
+        lb = project(X, mu, V) + project(A, mu, V)
+        nb = nearest_prototypes(X, A, 3, SpectralTerm.none(1, 5), pruned=pruned, lb=lb)
+        assert nb.indices[0].tolist() == [0, 1, 2, 3]
+
+
+# --------------------------------------------------------------------------- pruning
+def _brute(X, A, term, L):
+    X = np.asarray(X, dtype=np.float64)
+    DE = ((X[:, None, :] - A[None, :, :]) ** 2).sum(-1)
+    n, m = DE.shape
+    DF = np.zeros_like(DE)
+    if term.mode == MODE_COMPONENTS:
+        same = term.point_comp[:, None] == term.proto_comp[None, :]
+        DF = np.where(same, 0.0, 0.5 * (term.point_inv_n[:, None] + term.proto_inv_n[None, :]))
+    elif term.mode == MODE_EXTRA:
+        same = term.point_comp[:, None] == term.proto_comp[None, :]
+        full = ((term.point_f[:, None, :] - term.proto_g[None, :, :]) ** 2).sum(-1)
+        cross = 0.5 * (term.point_inv_n[:, None] + term.proto_inv_n[None, :]) + \
+            (term.point_f ** 2).sum(1)[:, None] + (term.proto_g ** 2).sum(1)[None, :]
+        DF = np.where(same, full, cross)
+    elif term.mode == MODE_FULL:
+        DF = ((term.point_f[:, None, :] - term.proto_g[None, :, :]) ** 2).sum(-1)
+    D = DE + term.beta * DF
+    order = np.lexsort((np.broadcast_to(np.arange(m), D.shape), D), axis=1)[:, :L]
+    return order, np.take_along_axis(D, order, 1)
+
+
+def _random_term(rng, n, m, mode, beta=3.0, b=3, extra=2):
+    qcomp = rng.integers(0, b, m)
+    pcomp = rng.integers(0, b, n)
+    sizes = rng.integers(5, 50, b).astype(float)
+    F = rng.standard_normal((n, extra)) * 0.3 if mode in (MODE_EXTRA, MODE_FULL) else np.zeros((n, 0))
+    G = rng.standard_normal((m, extra)) * 0.3 if mode in (MODE_EXTRA, MODE_FULL) else np.zeros((m, 0))
+    return SpectralTerm(mode, beta, pcomp, 1 / sizes[pcomp], qcomp, 1 / sizes[qcomp], F, G)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", [0, MODE_COMPONENTS, MODE_EXTRA, MODE_FULL])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pruning_never_changes_the_neighbour_sets(dtype, mode, seed):
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((6, 16)) * 5
+    X = (centers[rng.integers(0, 6, 400)] + rng.standard_normal((400, 16))).astype(dtype)
+    X[:3] = X[3]  # exact duplicates → exact ties
+    A = np.vstack([X[rng.choice(400, 40, replace=False)].astype(np.float64), X[3:4]])
+    A[7] = A[8]   # duplicate prototypes → ties broken by index
+    term = (SpectralTerm.none(len(X), len(A)) if mode == 0
+            else _random_term(rng, len(X), len(A), mode))
+    mu, V = svd_basis(A, 4)
+    lb = project(X, mu, V) + project(A, mu, V)
+    X0 = X.copy()
+    exact = nearest_prototypes(X, A, 5, term)
+    fast = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb)
+    np.testing.assert_array_equal(fast.indices, exact.indices)
+    np.testing.assert_array_equal(fast.distances, exact.distances)  # same float64 routine
+    np.testing.assert_array_equal(X, X0)
+    ref_idx, ref_d = _brute(X, A, term, 6)
+    np.testing.assert_array_equal(np.sort(exact.indices[:, :5], 1), np.sort(ref_idx[:, :5], 1))
+    np.testing.assert_allclose(exact.distances, ref_d, rtol=1e-9, atol=1e-9)
+    assert exact.n_exact == exact.n_pairs == 400 * 41
+    if mode == 0:
+        assert fast.n_exact < 0.6 * fast.n_pairs  # clustered data: the bound prunes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lower_bound_of_lemma_4_10(dtype):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((200, 20)).astype(dtype) * 3 + 100
+    A = rng.standard_normal((30, 20)) * 3 + 100
+    mu, V = svd_basis(A, 3)
+    xt, xp, _ = project(X, mu, V)
+    at, ap, _ = project(A, mu, V)
+    lb = ((xt[:, None] - at[None]) ** 2).sum(-1) + (xp[:, None] - ap[None]) ** 2
+    exact = ((X.astype(np.float64)[:, None] - A[None]) ** 2).sum(-1)
+    assert (lb <= exact * (1 + 1e-12) + 1e-9).all()
+    assert (lb > 0.2 * exact).mean() > 0.5  # and not trivially zero
+
+
+# --------------------------------------------------------------------------- graph, eigen
+def _block_S(rng, n, m, ell, b, X=None):
+    comp = np.sort(rng.permutation(np.arange(m) % b))
+    idx = np.zeros((n, ell), np.int64)
+    w = np.zeros((n, ell))
+    for i in range(n):
+        cand = np.flatnonzero(comp == i % b)
+        idx[i] = rng.choice(cand, ell, replace=False)
+        x = rng.random(ell)
+        w[i] = x / x.sum()
+    X = rng.standard_normal((n, 3)) if X is None else X
+    parts = [chunk_statistics(X[s], idx[s], w[s], m) for s in (slice(0, n // 3), slice(n // 3, n))]
+    return idx, w, X, merge_statistics(parts), comp
+
+
+@pytest.mark.parametrize("seed,b,c", [(0, 3, 6), (1, 4, 4), (2, 2, 7), (3, 5, 3), (4, 1, 5)])
+def test_block_eigen_equals_eigh(seed, b, c):
+    rng = np.random.default_rng(seed)
+    idx, w, X, st, _ = _block_S(rng, 300, 40, 4, b)
+    S = sp.csr_matrix((w.ravel(), (np.repeat(np.arange(300), 4), idx.ravel())), shape=(300, 40))
+    np.testing.assert_allclose(st.sts.toarray(), (S.T @ S).toarray(), atol=1e-12)
+    np.testing.assert_allclose(st.stx, S.T @ X, atol=1e-12)
+    cc = components(st.sts, st.colsum)
+    assert cc.n_components == b
+    M = prototype_matrix(st.sts, st.colsum)
+    res = block_eigen(M, cc, st.colsum, c)
+    Md = M.toarray()
+    ev_all, vec = np.linalg.eigh(Md)
+    ev_all, vec = ev_all[::-1], vec[:, ::-1]
+    np.testing.assert_allclose(res.values, ev_all[:c], atol=1e-10)
+    # eigenpairs of M, orthonormal, zero outside their block (eq. 18)
+    np.testing.assert_allclose(Md @ res.vectors, res.vectors * res.values, atol=1e-10)
+    np.testing.assert_allclose(res.vectors.T @ res.vectors, np.eye(c), atol=1e-10)
+    for t in range(c):
+        outside = cc.proto_comp != res.block[t]
+        assert not res.vectors[outside, t].any()
+    if ev_all[c - 1] - ev_all[c] > 1e-8:  # a unique top-c subspace: the same one
+        np.testing.assert_allclose(res.vectors @ res.vectors.T, vec[:, :c] @ vec[:, :c].T,
+                                   atol=1e-8)
+    assert res.n_lemma == b
+    assert res.n_computed <= max(c - b, 0) + b  # pruned by the trace bound
+    if b >= c:
+        assert res.n_computed == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_lemma_4_3_closed_form_is_the_top_eigenvector_of_each_block(seed):
+    rng = np.random.default_rng(seed)
+    _, _, _, st, _ = _block_S(rng, 200, 30, 3, 3)
+    cc = components(st.sts, st.colsum)
+    M = prototype_matrix(st.sts, st.colsum).toarray()
+    for k in range(cc.n_components):
+        mk = np.flatnonzero(cc.proto_comp == k)
+        ev, vec = np.linalg.eigh(M[np.ix_(mk, mk)])
+        q = np.sqrt(st.colsum[mk])
+        q /= np.linalg.norm(q)
+        np.testing.assert_allclose(ev[-1], 1.0, atol=1e-12)
+        assert ev[-2] < 1 - 1e-6
+        np.testing.assert_allclose(np.abs(vec[:, -1] @ q), 1.0, atol=1e-12)
+
+
+def test_components_equal_bipartite_graph_components():
+    rng = np.random.default_rng(7)
+    idx, w, _, st, _ = _block_S(rng, 120, 20, 3, 4)
+    w[:, -1] = 0.0  # explicit zeros must not connect anything
+    w /= w.sum(1, keepdims=True)
+    st = chunk_statistics(np.zeros((120, 1)), idx, w, 21)  # prototype 20 is empty
+    cc = components(st.sts, st.colsum)
+    n, m = 120, 21
+    keep = w.ravel() > 0
+    S = sp.csr_matrix((w.ravel()[keep], (np.repeat(np.arange(n), 3)[keep], idx.ravel()[keep])),
+                      shape=(n, m))
+    big = sp.bmat([[None, S], [S.T, None]])
+    nb, lab = connected_components(big, directed=False)
+    assert cc.n_components == nb - 1  # the empty prototype is no component
+    assert cc.empty.tolist() == [20] and cc.proto_comp[20] == -1
+    # same partition of the prototypes
+    for j in range(20):
+        for k in range(20):
+            assert (cc.proto_comp[j] == cc.proto_comp[k]) == (lab[n + j] == lab[n + k])
+    np.testing.assert_array_equal(cc.sizes, np.bincount(cc.proto_comp[idx[:, 0]]))
+
+
+def test_lemma_4_1_svd_from_M():
+    rng = np.random.default_rng(3)
+    idx, w, _, st, _ = _block_S(rng, 250, 30, 4, 2)
+    S = sp.csr_matrix((w.ravel(), (np.repeat(np.arange(250), 4), idx.ravel())), shape=(250, 30))
+    Dm = sp.diags(1 / np.sqrt(st.colsum))
+    St = S @ Dm
+    U, s, V = reference_svd(St, 5)
+    cc = components(st.sts, st.colsum)
+    res = block_eigen(prototype_matrix(st.sts, st.colsum), cc, st.colsum, 5)
+    np.testing.assert_allclose(s ** 2, res.values, atol=1e-10)
+    Uq = (St @ res.vectors) / np.sqrt(res.values)
+    np.testing.assert_allclose(Uq @ Uq.T, U @ U.T, atol=1e-8)
+    Ua, sa, Va = reference_svd(St, 5, dense_max=0)  # the ARPACK path
+    np.testing.assert_allclose(sa, s, atol=1e-10)
+    np.testing.assert_allclose(Ua @ Ua.T, U @ U.T, atol=1e-7)
+
+
+# --------------------------------------------------------------------------- seeding, outliers
+def _kmeanspp_plain(X, m, rng):
+    n = len(X)
+    first = int(rng.integers(n))
+    u = rng.random(m)
+    chosen = [first]
+    Dc = ((X - X[first]) ** 2).sum(1)
+    for t in range(1, m):
+        cum = np.cumsum(np.where(Dc > 0, Dc, 0))
+        j = int(np.searchsorted(cum, u[t] * Dc.sum(), side="right"))
+        chosen.append(j)
+        Dc = np.minimum(Dc, ((X - X[j]) ** 2).sum(1))
+    return chosen
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pruned_kmeanspp_equals_plain_kmeanspp(dtype):
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((500, 12)) + 4 * rng.integers(0, 5, (500, 1))).astype(dtype)
+    mu, V = svd_basis(X[:40], 3)
+    res = kmeanspp_pruned(X, 30, np.random.default_rng(1), mu=mu, V=V)
+    ref = _kmeanspp_plain(X.astype(np.float64), 30, np.random.default_rng(1))
+    assert res.indices.tolist() == ref
+    assert res.n_exact < res.n_pairs
+
+
+def test_adaptive_seeding_stops_when_the_newest_prototype_is_alone():
+    rng = np.random.default_rng(2)
+    X = np.vstack([rng.standard_normal((300, 2)) * 0.1 + c for c in ([0, 0], [5, 5], [0, 5])])
+    mu, V = svd_basis(X[:50], 1)
+    res = kmeanspp_pruned(X, 900, np.random.default_rng(0), mu=mu, V=V, adaptive=True,
+                          min_prototypes=4)
+    m = len(res.indices)
+    assert 4 <= m < 900
+    A = X[res.indices]
+    lab = np.argmin(((X[:, None] - A[None]) ** 2).sum(-1), axis=1)
+    assert (lab == m - 1).sum() == 1
+
+
+def test_outlier_mask_by_hand():
+    de = np.array([[0.1, 0.2, 0.3, 0.4], [0.1, 5.0, 6.0, 7.0], [2.0, 2.0, 9.0, 9.0]])
+    # l = 4, θ = 1: row 0 keeps 4, row 1 keeps 1 (< 2: outlier), row 2 keeps 0
+    assert outlier_mask(de, 1.0, 4).tolist() == [False, True, True]
+    assert outlier_mask(de, 2.0, 4).tolist() == [False, True, False]
