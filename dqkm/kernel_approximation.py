@@ -1,0 +1,311 @@
+"""Nyström kernel feature maps whose landmarks are a fast operator.
+
+The Nyström approximation ``K ≈ C·W⁺·Cᵀ`` (QuicK-means journal paper, eq. 13)
+needs the kernel between every sample and the K landmarks ``U``.  For kernels
+of the form ``k(x, u) = f(x)f(u)g(x·u)`` — the RBF kernel is
+``exp(−γ(‖x‖² − 2x·u + ‖u‖²))`` — that costs one product ``U·x`` plus ‖x‖² and
+the fixed ‖u_k‖².  :class:`FactorNystroem` takes ``U`` from:
+
+* a fitted ``QKMeans``: ``U = V = λ·S1···SQ`` (its ``factors_``), so ``U·x`` is
+  one fast sparse-factor apply (Sect. 4.6.3);
+* a fitted ``KMeans`` (or any clusterer with ``cluster_centers_``): dense;
+* ``'uniform'``: rows of X drawn uniformly;
+* ``'hadamard'``: the Fast-Nyström structure of Si et al. (2016), eq. (14):
+  ``U = [D_{v1}Hᵀ, …, D_{vS}Hᵀ]ᵀ`` with H the Walsh–Hadamard matrix applied
+  by the fast transform (see :class:`dqkm.kernels.hadamard.HadamardLandmarks`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .cluster._base import check_param, is_lazy
+from .kernels.hadamard import HadamardLandmarks, next_pow2
+from .parallel.data import to_dask
+from .parallel.engine import compute
+from .parallel.lloyd import sample_rows
+from .parallel.neighbors import kernel_from_products, nystroem_map
+
+__all__ = ["FactorNystroem", "landmark_operator"]
+
+_KERNELS = {"rbf", "linear"}
+_SEEDS = {"uniform", "k-means"}
+_DEFAULT_N_COMPONENTS = 100
+
+
+def landmark_operator(estimator):
+    """The landmark operator of a fitted clusterer: its ``factors_`` when it has
+    them (fast ``apply_rows``), else its dense ``cluster_centers_``."""
+    factors = getattr(estimator, "factors_", None)
+    if factors is not None:
+        return factors
+    return np.asarray(estimator.cluster_centers_)
+
+
+def _is_operator(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("apply_rows", "row_norms_sq", "toarray", "shape"))
+
+
+def _inverse_sqrt_psd(W):
+    """``W^{+1/2}`` of a symmetric PSD matrix: eigenvalues below
+    ``λ_max·K·eps`` (and negative round-off) are treated as zero."""
+    W = (np.asarray(W, dtype=np.float64) + np.asarray(W, dtype=np.float64).T) / 2
+    evals, evecs = np.linalg.eigh(W)
+    top = max(float(evals.max(initial=0.0)), 0.0)
+    tol = top * W.shape[0] * np.finfo(np.float64).eps
+    inv = np.zeros_like(evals)
+    keep = evals > tol
+    inv[keep] = 1.0 / np.sqrt(evals[keep])
+    return (evecs * inv) @ evecs.T
+
+
+class FactorNystroem(TransformerMixin, BaseEstimator):
+    """Nyström feature map with landmarks from (Q)K-means, uniform rows or Fast-Nyström.
+
+    ``transform(X) = k(X, U) · W^{+1/2}`` with ``W = k(U, U)``, so that
+    ``transform(X)·transform(Y)ᵀ = k(X, U)·W⁺·k(U, Y)`` (eq. 13), as
+    :class:`sklearn.kernel_approximation.Nystroem`.
+
+    Parameters
+    ----------
+    landmarks : fitted clusterer, SparseFactors-like operator, ndarray, 'uniform' or 'hadamard'
+        * a fitted ``QKMeans`` (uses ``factors_``: ``U·x`` by the sparse factors)
+          or ``KMeans``/``KMeansL1``/scikit-learn ``KMeans`` (dense
+          ``cluster_centers_``);
+        * an operator with ``apply_rows``, ``row_norms_sq``, ``toarray`` and
+          ``shape`` (e.g. ``dqkm.kernels.SparseFactors``), or an ndarray of
+          shape (K, n_features): used as given;
+        * ``'uniform'``: ``n_components`` distinct rows of X, uniformly;
+        * ``'hadamard'``: Fast-Nyström landmarks (Si et al. 2016, eq. 14):
+          with ``N = 2^⌈log2 D⌉`` (D padded with zeros) and
+          ``S = ⌈n_components / N⌉`` seeds ``v_1…v_S`` (``seeds``), landmark
+          ``(s, j)`` is ``h_j ⊙ v_s`` (row j of ``H_N·D_{v_s}``, first D
+          coordinates).  Blocks ``1…S−1`` use all N rows of ``H_N``; the last
+          block uses ``n_components − (S−1)·N`` distinct rows drawn uniformly
+          (``random_state``).  ``U·x`` then costs S fast transforms.
+    kernel : {'rbf', 'linear'}, default='rbf'
+    gamma : float or None, default=None
+        RBF width, ``k(x, u) = exp(−γ‖x − u‖²)``; None: ``1 / n_features``
+        (scikit-learn's default).  Must be > 0.
+    n_components : int or None, default=None
+        Number of landmarks K for ``'uniform'`` and ``'hadamard'`` (None: 100,
+        at most n_samples for ``'uniform'``).  With a clusterer or an
+        operator K is its number of rows; if given it must equal it.
+    seeds : {'uniform', 'k-means'}, default='uniform'
+        ``'hadamard'`` only: the diagonals ``v_s`` are S rows of X drawn
+        uniformly, or the centroids of ``dqkm.KMeans(S, random_state)`` on X
+        ("Un. F-Nys" and "K. F-Nys" of the journal's Table 4).
+    random_state : int, RandomState instance or None
+        For ``'uniform'`` and ``'hadamard'``.
+
+    Attributes
+    ----------
+    landmark_operator_ : ndarray of shape (K, n_features), SparseFactors or HadamardLandmarks
+        What computes ``X·Uᵀ`` in :meth:`transform`.
+    components_ : ndarray of shape (K, n_features)
+        The landmarks, dense.
+    component_sq_norms_ : ndarray of shape (K,)
+    normalization_ : ndarray of shape (K, K)
+        ``W^{+1/2}``: eigenvalues of W below ``λ_max·K·eps`` are dropped.
+    gamma_ : float
+        The RBF width in use.
+    n_components_ : int
+    n_features_in_ : int
+
+    References
+    ----------
+    Williams & Seeger (2001), Using the Nyström method to speed up kernel
+    machines.  Si, Hsieh, Dhillon (2016), Computationally efficient Nyström
+    approximation using fast transforms, ICML.  Giffon et al., QuicK-means,
+    Machine Learning (2021), Sect. 4.6, eqs. (13)–(15).
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.kernel_approximation import FactorNystroem
+    >>> X = np.random.default_rng(0).standard_normal((200, 5))
+    >>> km = dqkm.KMeans(20, random_state=0).fit(X)
+    >>> FactorNystroem(km, gamma=0.1).fit(X).transform(X).shape
+    (200, 20)
+    """
+
+    def __init__(self, landmarks="uniform", *, kernel="rbf", gamma=None, n_components=None,
+                 seeds="uniform", random_state=None):
+        self.landmarks = landmarks
+        self.kernel = kernel
+        self.gamma = gamma
+        self.n_components = n_components
+        self.seeds = seeds
+        self.random_state = random_state
+
+    # ------------------------------------------------------------ validation
+    def _validate(self, X, *, reset):
+        owner = type(self).__name__
+        if is_lazy(X):
+            Xd = to_dask(X)
+            if Xd.ndim != 2:
+                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
+            if Xd.dtype.kind not in "fiub":
+                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+            if Xd.dtype not in (np.float32, np.float64):
+                Xd = Xd.astype(np.float64)
+            if reset:
+                self.n_features_in_ = Xd.shape[1]
+            elif Xd.shape[1] != self.n_features_in_:
+                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
+                                 f"{self.n_features_in_} features as input.")
+            return Xd, True
+        Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        return to_dask(Xc), False
+
+    def _check_params(self, n_features):
+        owner = type(self).__name__
+        check_param("kernel", self.kernel, owner, kind=None, options=_KERNELS)
+        check_param("seeds", self.seeds, owner, kind=None, options=_SEEDS)
+        g = self.gamma
+        if g is not None:
+            if not isinstance(g, numbers.Real) or isinstance(g, bool):
+                raise TypeError(f"The 'gamma' parameter of {owner} must be a float in the range "
+                                f"(0, inf) or None. Got {g!r} instead.")
+            if not (np.isfinite(g) and g > 0):
+                raise ValueError(f"The 'gamma' parameter of {owner} must be a float in the "
+                                 f"range (0, inf) or None. Got {g!r} instead.")
+        check_param("n_components", self.n_components, owner, low=1, allow_none=True)
+        self.gamma_ = 1.0 / n_features if g is None else float(g)
+
+    def _resolve_landmarks(self, Xd, rng):
+        """The landmark operator for ``self.landmarks``."""
+        owner = type(self).__name__
+        lm = self.landmarks
+        D = Xd.shape[1]
+        if isinstance(lm, str):
+            check_param("landmarks", lm, owner, kind=None, options={"uniform", "hadamard"})
+            K = _DEFAULT_N_COMPONENTS if self.n_components is None else self.n_components
+            if lm == "uniform":
+                K = min(K, Xd.shape[0])
+                return sample_rows(Xd, K, rng)
+            N = next_pow2(D)
+            S = math.ceil(K / N)
+            if self.seeds == "uniform":
+                if S > Xd.shape[0]:
+                    raise ValueError(f"'hadamard' landmarks with seeds='uniform' need S = "
+                                     f"ceil(n_components / {N}) = {S} rows; X has "
+                                     f"{Xd.shape[0]}.")
+                seeds = sample_rows(Xd, S, rng)
+            else:
+                from .cluster.kmeans import KMeans
+
+                seeds = KMeans(S, random_state=int(rng.integers(2**31 - 1))).fit(
+                    Xd).cluster_centers_
+            last = K - (S - 1) * N
+            blocks = np.repeat(np.arange(S), [N] * (S - 1) + [last])
+            rows = np.concatenate([np.tile(np.arange(N), S - 1),
+                                   np.sort(rng.choice(N, size=last, replace=False))])
+            return HadamardLandmarks(np.asarray(seeds, dtype=Xd.dtype), blocks, rows)
+        if hasattr(lm, "fit") and not _is_operator(lm):
+            try:
+                check_is_fitted(lm)
+            except NotFittedError as e:
+                raise NotFittedError(f"The 'landmarks' estimator of {owner} "
+                                     f"({type(lm).__name__}) is not fitted yet: fit it first; "
+                                     "its centroids (or sparse factors) are the landmarks.") \
+                    from e
+            op = landmark_operator(lm)
+        elif _is_operator(lm):
+            op = lm
+        elif hasattr(lm, "__array__") or isinstance(lm, (list, tuple)):
+            op = np.asarray(lm, dtype=Xd.dtype)
+            if op.ndim != 2:
+                raise ValueError(f"The 'landmarks' array of {owner} must be 2-D (n_components, "
+                                 f"n_features). Got shape {op.shape} instead.")
+        else:
+            raise TypeError(f"The 'landmarks' parameter of {owner} must be 'uniform', "
+                            "'hadamard', a fitted clusterer, an operator with apply_rows or an "
+                            f"array of shape (n_components, n_features). Got {lm!r} instead.")
+        K, d = op.shape
+        if d != D:
+            raise ValueError(f"X has {D} features, but the landmarks of {owner} have {d}.")
+        if self.n_components is not None and self.n_components != K:
+            raise ValueError(f"The 'n_components' parameter of {owner} must be None or the "
+                             f"number of landmarks ({K}) when landmarks are given. Got "
+                             f"{self.n_components} instead.")
+        return op
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None):
+        """Choose the landmarks and compute ``W^{+1/2}``.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+            Read only for ``'uniform'`` (the sampled rows) and ``'hadamard'``
+            (seeds: sampled rows or one K-means fit).
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        Xd, _ = self._validate(X, reset=True)
+        self._check_params(Xd.shape[1])
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        op = self._resolve_landmarks(Xd, rng)
+        U = np.asarray(op if isinstance(op, np.ndarray) else op.toarray(), dtype=np.float64)
+        u_sq = np.einsum("ij,ij->i", U, U) if isinstance(op, np.ndarray) \
+            else np.asarray(op.row_norms_sq(), dtype=np.float64)
+        W = kernel_from_products(U @ U.T, u_sq, u_sq, self.kernel, self.gamma_)
+        self.landmark_operator_ = op
+        self.components_ = U.astype(Xd.dtype)
+        self.component_sq_norms_ = u_sq
+        self.normalization_ = _inverse_sqrt_psd(W)
+        self.n_components_ = int(U.shape[0])
+        return self
+
+    def transform(self, X):
+        """The Nyström features ``k(X, U)·W^{+1/2}``.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_components), X's dtype
+            (a lazy Dask array, blockwise, for Dask input)
+
+        Notes
+        -----
+        One pass over X; per block, ``X·Uᵀ`` by the landmark operator (sparse
+        factors: one fast apply; Hadamard: S fast transforms per row), then
+        the kernel from ‖x‖², ‖u‖² and the products, times the K×K
+        normalisation.
+        """
+        check_is_fitted(self, "normalization_")
+        Xd, lazy = self._validate(X, reset=False)
+        op = self.landmark_operator_
+        if isinstance(op, np.ndarray):
+            op = op.astype(Xd.dtype, copy=False)
+        elif hasattr(op, "astype") and getattr(op, "dtype", Xd.dtype) != Xd.dtype:
+            op = op.astype(Xd.dtype)
+        out = nystroem_map(Xd, op, self.component_sq_norms_, self.normalization_, self.kernel,
+                           self.gamma_)
+        if lazy:
+            return out
+        return np.asarray(compute(out, n_tasks=out.numblocks[0])[0])
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = False
+        return tags
