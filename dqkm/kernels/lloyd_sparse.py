@@ -1,0 +1,204 @@
+"""Lloyd's K-means on one CSR chunk of rows, and per-cluster moments.
+
+The same outputs as :func:`dqkm.kernels.lloyd.lloyd_partials` and
+:func:`dqkm.kernels.lloyd.assign_labels`, for a ``scipy.sparse`` CSR chunk.
+The squared distance is split as
+
+    ‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖²
+
+and ``x·c`` only touches the non-zeros of x: with ``Cᵀ`` stored row-major
+(d × K), a row with m non-zeros costs O(m·K) for all K products (accumulated
+in float64), then O(K) for the argmin of ``‖c‖² − 2 x·c``.  The exact
+objective uses the same split in float64, clipped at 0; the per-cluster sums
+add the row's non-zeros into a dense K×d float64 buffer.
+
+:func:`label_moments` gives, for rows with known labels (dense or CSR), the
+per-cluster counts, means and within-cluster sums of squares that combine
+across chunks by Chan et al.'s pairwise rule — one pass for the centers and
+the exact cost of a partition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+__all__ = ["lloyd_partials_csr", "assign_labels_csr", "label_moments", "merge_label_moments",
+           "csr_row_norms"]
+
+
+@njit(nogil=True, cache=True)
+def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, row_norms, sums, counts,
+                    labels, mind, with_sums):  # OUT sums, counts, labels, mind
+    n = indptr.shape[0] - 1
+    k = ct.shape[1]
+    g = np.empty(k, dtype=np.float64)
+    objective = 0.0
+    for i in range(n):
+        g[:] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = np.float64(data[p])
+            j = indices[p]
+            for c in range(k):
+                g[c] += v * ct[j, c]
+        best = np.inf
+        arg = 0
+        for c in range(k):
+            val = center_norms[c] - 2.0 * g[c]
+            if val < best:
+                best = val
+                arg = c
+        labels[i] = arg
+        dist = row_norms[i] + best
+        if dist < 0.0:
+            dist = 0.0
+        mind[i] = dist
+        objective += dist
+        if with_sums:
+            counts[arg] += 1
+            for p in range(indptr[i], indptr[i + 1]):
+                sums[arg, indices[p]] += data[p]
+    return objective
+
+
+def csr_row_norms(X):
+    """Squared row norms of a CSR matrix, float64."""
+    return _row_norms_from(X.data, X.indptr, X.shape[0])
+
+
+def _prepare(X, centers):
+    if not sp.issparse(X) or X.format != "csr":
+        fmt = X.format if sp.issparse(X) else type(X).__name__
+        raise TypeError(f"X must be a scipy.sparse CSR matrix; got {fmt!r}. Convert it with "
+                        ".tocsr().")
+    dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    centers = np.asarray(centers)
+    if X.ndim != 2 or centers.ndim != 2 or X.shape[1] != centers.shape[1]:
+        raise ValueError(f"X of shape {X.shape} and centers of shape {centers.shape} do not "
+                         "share a number of features.")
+    data = X.data if X.data.dtype == dtype else X.data.astype(dtype)
+    ct = np.ascontiguousarray(centers.T, dtype=np.float64)
+    c_norms = np.einsum("ij,ij->i", centers, centers, dtype=np.float64)
+    return data, X.indices, X.indptr, ct, c_norms
+
+
+def _run(X, centers, with_sums):
+    data, indices, indptr, ct, c_norms = _prepare(X, centers)
+    n, d = X.shape
+    k = ct.shape[1]
+    sums = np.zeros((k, d) if with_sums else (k, 0), dtype=np.float64)
+    counts = np.zeros(k, dtype=np.int64)
+    labels = np.empty(n, dtype=np.int32)
+    mind = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return np.zeros((k, d)), counts, 0.0, labels, mind
+    rn = _row_norms_from(data, indptr, n)
+    obj = _csr_lloyd_loop(data, indices, indptr, ct, c_norms, rn, sums, counts, labels, mind,
+                          with_sums)
+    return sums, counts, float(obj), labels, mind
+
+
+def _row_norms_from(data, indptr, n):
+    out = np.zeros(n, dtype=np.float64)
+    sq = data.astype(np.float64) ** 2
+    lengths = np.diff(indptr)
+    nz = lengths > 0
+    if sq.size:
+        out[nz] = np.add.reduceat(sq, indptr[:-1][nz])
+    return out
+
+
+def lloyd_partials_csr(X, centers):
+    """One Lloyd step on a CSR chunk: labels and the statistics the driver needs.
+
+    Parameters
+    ----------
+    X : scipy.sparse CSR matrix of shape (n_rows, n_features)
+    centers : ndarray of shape (n_clusters, n_features)
+
+    Returns
+    -------
+    sums : ndarray of shape (n_clusters, n_features), float64
+    counts : ndarray of shape (n_clusters,), int64
+    objective : float
+        ``Σ (‖x‖² − 2 x·c + ‖c‖²)`` over the chunk for the nearest c, in
+        float64, each term clipped at 0.
+    labels : ndarray of shape (n_rows,), int32
+    min_sq_dist : ndarray of shape (n_rows,), float64
+
+    References
+    ----------
+    Lloyd (1982); the split of the distance is scikit-learn's (``_k_means_lloyd``).
+    """
+    return _run(X, centers, True)
+
+
+def assign_labels_csr(X, centers):
+    """Nearest center of every row of a CSR chunk and its squared distance.
+
+    Returns
+    -------
+    labels : ndarray of shape (n_rows,), int32
+    min_sq_dist : ndarray of shape (n_rows,), float64
+    """
+    _, _, _, labels, mind = _run(X, centers, False)
+    return labels, mind
+
+
+# ----------------------------------------------------------------------------- moments
+def label_moments(X, labels, n_clusters):
+    """Per-cluster count, mean and within-cluster sum of squares of one chunk.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, n_features)
+    labels : ndarray of shape (n_rows,), ints in ``[0, n_clusters)``
+    n_clusters : int
+
+    Returns
+    -------
+    counts : ndarray of shape (n_clusters,), int64
+    means : ndarray of shape (n_clusters, n_features), float64
+        Zero for clusters without rows in the chunk.
+    m2 : ndarray of shape (n_clusters,), float64
+        ``Σ_{x in cluster} ‖x − mean‖²``: computed as ``Σ (x − mean)²`` for
+        dense rows, as ``Σ ‖x‖² − n‖mean‖²`` (clipped at 0) for CSR rows.
+    """
+    labels = np.asarray(labels, dtype=np.intp)
+    n, d = X.shape
+    counts = np.bincount(labels, minlength=n_clusters).astype(np.int64)
+    means = np.zeros((n_clusters, d), dtype=np.float64)
+    m2 = np.zeros(n_clusters, dtype=np.float64)
+    if n == 0:
+        return counts, means, m2
+    nz = counts > 0
+    ind = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_clusters, n))
+    if sp.issparse(X):
+        X = X.tocsr()
+        means[:] = (ind @ X.astype(np.float64)).toarray()
+        means[nz] /= counts[nz, None]
+        rn = _row_norms_from(X.data, X.indptr, n)
+        sq = np.bincount(labels, weights=rn, minlength=n_clusters)
+        m2 = np.maximum(sq - counts * np.einsum("ij,ij->i", means, means), 0.0)
+    else:
+        A = np.asarray(X, dtype=np.float64)
+        means[:] = ind @ A
+        means[nz] /= counts[nz, None]
+        diff = A - means[labels]
+        m2 = np.bincount(labels, weights=np.einsum("ij,ij->i", diff, diff),
+                         minlength=n_clusters)
+    return counts, means, m2
+
+
+def merge_label_moments(a, b):
+    """Combine two :func:`label_moments` results (Chan et al.'s pairwise update)."""
+    na, ma, sa = a
+    nb, mb, sb = b
+    n = na + nb
+    w = np.divide(nb, n, out=np.zeros(n.shape), where=n > 0)
+    delta = mb - ma
+    means = ma + delta * w[:, None]
+    cross = np.divide(na * nb, n, out=np.zeros(n.shape), where=n > 0)
+    m2 = sa + sb + np.einsum("ij,ij->i", delta, delta) * cross
+    return n, means, m2
