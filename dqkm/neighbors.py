@@ -20,7 +20,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .cluster._base import check_param, is_lazy
 from .parallel.data import to_dask
 from .parallel.engine import broadcast, compute
-from .parallel.neighbors import build_index, center_sq_distances, probe_clusters, search
+from .parallel.neighbors import (build_index, center_sq_distances, probe_clusters,
+                                 query_block_rows, search)
 
 __all__ = ["ClusterIndex"]
 
@@ -229,10 +230,13 @@ class ClusterIndex(BaseEstimator):
                              f"'n_neighbors' parameter of {owner}.kneighbors must be in the "
                              f"range [1, {self.n_samples_fit_}].")
         Qd, lazy = self._validate(X, reset=False)
+        if not lazy:
+            Qd = Qd.rechunk({0: query_block_rows(Qd.shape[0])})
         probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe), self.n_probe)
         dist, ind = search(Qd, probes, self.index_, int(n_neighbors), self._centers)
         if not lazy:
-            dist, ind = compute(dist, ind, n_tasks=Qd.numblocks[0])
+            # n_tasks >= 2: one BLAS thread per task — the per-cluster products are small
+            dist, ind = compute(dist, ind, n_tasks=max(2, Qd.numblocks[0]))
             dist, ind = np.asarray(dist), np.asarray(ind)
         return (dist, ind) if return_distance else ind
 

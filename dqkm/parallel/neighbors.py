@@ -26,7 +26,8 @@ import numpy as np
 from .engine import broadcast, compute
 
 __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
-           "landmark_products", "kernel_from_products", "center_sq_distances", "INDEX_FORMAT_VERSION"]
+           "landmark_products", "kernel_from_products", "center_sq_distances", "query_block_rows",
+           "INDEX_FORMAT_VERSION"]
 
 INDEX_FORMAT_VERSION = 1
 _TILE_ROWS = 4096          # rows of one cluster compared with the queries at once
@@ -289,6 +290,18 @@ def probe_clusters(assign, n_probe):
         return assign.astype(np.int64)[:, None]
     return assign.map_blocks(_top_probes_block, n_probe, chunks=(assign.chunks[0], (n_probe,)),
                              dtype=np.int64)
+
+
+def query_block_rows(n_queries):
+    """Rows per block of in-memory queries: one block per core, 1024–16384 rows.
+
+    Every block streams the clusters it probes through the cache, so large
+    blocks (many queries per cluster) amortise that read; one block per core
+    keeps the cores busy.
+    """
+    from .engine import cpu_count
+
+    return int(min(max(1024, -(-n_queries // cpu_count())), 16384, max(1, n_queries)))
 
 
 def search(Qd, probes, index, n_neighbors, centers):
