@@ -209,10 +209,13 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
             group.attrs.update(attrs)
         stores = []
         for name, arr in arrays.items():
-            arr = _regular_rows(arr if isinstance(arr, da.Array) else da.from_array(
-                np.asarray(arr), chunks=(max(1, min(len(arr), 65536)),) + (-1,) * (np.ndim(arr) - 1)))
+            if not isinstance(arr, da.Array):
+                arr = np.asarray(arr)
+                rows = (max(1, min(arr.shape[0], 65536)),) if arr.ndim else ()
+                arr = da.from_array(arr, chunks=rows + (-1,) * max(arr.ndim - 1, 0))
+            arr = _regular_rows(arr) if arr.ndim else arr
             z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
-                                   chunks=tuple(c[0] for c in arr.chunks))
+                                   chunks=tuple(max(1, c[0]) for c in arr.chunks))
             stores.append(da.store(arr, z, lock=False, compute=False))
         if stores:
             compute(*stores, n_tasks=max(s.__dask_graph__().__len__() for s in stores))
