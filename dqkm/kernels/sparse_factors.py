@@ -380,18 +380,18 @@ class SparseFactors:
         if n == 0:
             return out
         shapes, indptr, indices, data, poffs, ioffs = self._kernel_layout(dtype)
-        tile = choose_tile(max(X.shape[1], int(shapes.max())), dtype.itemsize)
+        tile, ld = choose_tile(max(X.shape[1], int(shapes.max())), dtype.itemsize)
         if n_threads == 0:
             main = threading.current_thread() is threading.main_thread()
             n_threads = numba.get_num_threads() if main else 1
         n_tiles = (n + tile - 1) // tile
         n_workers = min(n_threads, numba.config.NUMBA_NUM_THREADS, n_tiles)
         if n_workers <= 1:
-            apply_rows_serial(X, out, tile, shapes, indptr, indices, data, poffs, ioffs)
+            apply_rows_serial(X, out, tile, ld, shapes, indptr, indices, data, poffs, ioffs)
         else:
             with _PARALLEL_LOCK:
                 numba.set_num_threads(n_workers)
-                apply_rows_parallel(X, out, tile, n_workers, shapes, indptr, indices, data,
+                apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, data,
                                     poffs, ioffs)
         return out
 
