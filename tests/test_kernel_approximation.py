@@ -22,6 +22,11 @@ def digits():
     return X / 16.0  # features in [0, 1]: gamma = 1/64 is a sensible width
 
 
+@pytest.fixture(scope="module")
+def km64(digits):
+    return dqkm.KMeans(64, max_iter=20, random_state=0).fit(digits)
+
+
 def _sklearn_features(U, X, gamma):
     """sklearn's Nystroem formula on given landmarks (its fit permutes the rows of U;
     Φ·Φᵀ does not depend on that order)."""
@@ -29,20 +34,20 @@ def _sklearn_features(U, X, gamma):
     return ny.transform(X)
 
 
-def test_kmeans_landmarks_equal_sklearn_formula(digits):
+def test_kmeans_landmarks_equal_sklearn_formula(digits, km64):
     X = digits
-    km = dqkm.KMeans(32, random_state=0).fit(X)
+    km = km64
     fn = FactorNystroem(km, gamma=0.05).fit(X)
     Phi = fn.transform(X[:300])
     ref = _sklearn_features(km.cluster_centers_, X[:300], 0.05)
     np.testing.assert_allclose(Phi @ Phi.T, ref @ ref.T, atol=1e-8)
     # columns too: sklearn's landmark order is a permutation of ours
     perm = [int(np.flatnonzero((km.cluster_centers_ == c).all(1))[0])
-            for c in Nystroem(kernel="rbf", gamma=0.05, n_components=32,
+            for c in Nystroem(kernel="rbf", gamma=0.05, n_components=64,
                               random_state=0).fit(km.cluster_centers_).components_]
     # N = W^{-1/2} is symmetric, so sklearn's features are ours with permuted columns
     np.testing.assert_allclose(Phi[:, perm], ref, atol=1e-8)
-    assert fn.normalization_.shape == (32, 32) and fn.n_components_ == 32
+    assert fn.normalization_.shape == (64, 64) and fn.n_components_ == 64
     assert fn.gamma_ == 0.05
 
 
@@ -80,10 +85,10 @@ def test_hadamard_landmarks_structure(digits):
     np.testing.assert_allclose(km_seeds.landmark_operator_.seeds[0], X.mean(0), atol=1e-10)
 
 
-def test_nystroem_error_kmeans_beats_uniform_on_digits(digits):
+def test_nystroem_error_kmeans_beats_uniform_on_digits(digits, km64):
     X = digits
     sample = X[np.random.default_rng(0).choice(len(X), 500, replace=False)]
-    km = dqkm.KMeans(64, random_state=0).fit(X)
+    km = km64
     err_km = nystroem_error(sample, FactorNystroem(km).fit(X))
     err_un = np.mean([nystroem_error(sample, FactorNystroem("uniform", n_components=64,
                                                             random_state=s).fit(X))
@@ -101,7 +106,7 @@ def test_nystroem_error_kmeans_beats_uniform_on_digits(digits):
                                                random_state=0).fit(X)) < 1
 
 
-def test_qkmeans_landmarks(digits):
+def test_qkmeans_landmarks(digits, km64):
     try:
         from dqkm.kernels import default_constraints  # noqa: F401
     except ImportError:
@@ -116,8 +121,7 @@ def test_qkmeans_landmarks(digits):
     ref = _sklearn_features(qk.factors_.toarray(), X[:300], 1 / 64)
     Phi = fn.transform(X[:300])
     np.testing.assert_allclose(Phi @ Phi.T, ref @ ref.T, atol=1e-7)
-    km = dqkm.KMeans(64, random_state=0).fit(X)
-    assert abs(nystroem_error(sample, fn) - nystroem_error(sample, FactorNystroem(km).fit(X))) \
+    assert abs(nystroem_error(sample, fn) - nystroem_error(sample, FactorNystroem(km64).fit(X))) \
         <= 0.05
 
 
@@ -182,3 +186,11 @@ def test_bad_input(digits):
         fn.transform(X[:, :10])
     with pytest.raises(NotFittedError):
         FactorNystroem(km).transform(X)
+
+
+def test_passes_sklearn_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    failed = [r for r in check_estimator(FactorNystroem(random_state=0), on_fail=None)
+              if r["status"] == "failed"]
+    assert not failed, [(r["check_name"], str(r["exception"])[:200]) for r in failed]
