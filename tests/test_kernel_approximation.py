@@ -194,3 +194,15 @@ def test_passes_sklearn_check_estimator():
     failed = [r for r in check_estimator(FactorNystroem(random_state=0), on_fail=None)
               if r["status"] == "failed"]
     assert not failed, [(r["check_name"], str(r["exception"])[:200]) for r in failed]
+
+
+def test_hadamard_landmarks_padded_dimension():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 30))  # D = 30 is padded to N = 32
+    fn = FactorNystroem("hadamard", n_components=40, gamma=0.02, random_state=1).fit(X)
+    op = fn.landmark_operator_
+    assert op.n_padded == 32 and op.seeds.shape == (2, 30) and fn.n_components_ == 40
+    np.testing.assert_allclose(fn.component_sq_norms_, (fn.components_ ** 2).sum(1))
+    Xd = da.from_array(X, chunks=(70, -1))
+    dense = FactorNystroem(fn.components_, gamma=0.02).fit(X)
+    np.testing.assert_allclose(fn.transform(Xd).compute(), dense.transform(X), atol=1e-9)
