@@ -6,6 +6,7 @@ dqkm generate blobs --n-samples 100000 --n-features 32 --centers 8 --out data.za
 dqkm fit --algorithm kmeans --n-clusters 8 data.zarr --out model.zarr --scheduler local
 dqkm predict model.zarr data.zarr --out labels.zarr
 dqkm info model.zarr
+dqkm report model.zarr --plot history.png
 """
 
 from __future__ import annotations
@@ -176,6 +177,35 @@ def cmd_info(args):
         print(f"history: {len(history)} iterations; last objective {last.get('objective')}")
 
 
+def cmd_report(args):
+    from .io import load
+
+    model = load(args.model)
+    history = getattr(model, "history_", None) or []
+    print(f"{type(model).__name__}: {len(history)} iterations, inertia "
+          f"{getattr(model, 'inertia_', float('nan')):.6g}")
+    if history:
+        extra = [k for k in ("seconds_assign", "seconds_palm", "palm_error", "beta",
+                             "n_components") if k in history[0]]
+        cols = ["iteration", "objective", "shift", "seconds", *extra, "empty"]
+        print("  ".join(f"{c:>14}" for c in cols))
+        for i, rec in enumerate(history, 1):
+            vals = [rec.get("iteration", i), rec.get("objective"), rec.get("shift"),
+                    rec.get("seconds"), *[rec.get(k) for k in extra],
+                    len(rec.get("empty_clusters", []) or [])]
+            print("  ".join(f"{v:>14.6g}" if isinstance(v, float) else f"{v!s:>14}"
+                            for v in vals))
+    if args.plot:
+        _check_out(args.plot, args.overwrite)
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from .monitor import plot_history
+
+        plot_history(model).savefig(args.plot, dpi=110, bbox_inches="tight")
+        print(f"wrote {args.plot}")
+
+
 def cmd_demo(args):
     from .demo import run_demo
 
@@ -241,6 +271,12 @@ def build_parser():
     i = sub.add_parser("info", help="describe a saved model")
     i.add_argument("model")
     i.set_defaults(func=cmd_info)
+
+    r = sub.add_parser("report", help="print a saved model's history; --plot draws it")
+    r.add_argument("model")
+    r.add_argument("--plot", metavar="PNG", help="write plot_history's figure there")
+    r.add_argument("--overwrite", action="store_true")
+    r.set_defaults(func=cmd_report)
 
     d = sub.add_parser("demo", help="generate blobs to Zarr, fit on a LocalCluster, print a table")
     d.add_argument("--n-samples", type=int, default=500_000)

@@ -71,3 +71,17 @@ def test_bad_arguments_are_reported(store):
     assert not (d / "bad.zarr").exists()
     p = run("fit", "--n-clusters", 2, d / "missing.zarr", "--out", d / "bad.zarr", check=False)
     assert p.returncode == 2 and "No Zarr store" in p.stderr
+
+
+def test_report_prints_history_and_plots(store):
+    d = store
+    run("fit", "--n-clusters", 4, d / "data.zarr", "--out", d / "mr.zarr", "--no-progress",
+        "--param", "tol=0", "--max-iter", 4)
+    out = run("report", d / "mr.zarr", "--plot", d / "h.png").stdout
+    lines = out.splitlines()
+    n_iter = io.load(d / "mr.zarr").n_iter_
+    assert lines[0].startswith(f"KMeans: {n_iter} iterations")
+    assert "objective" in lines[1] and len(lines) == 2 + n_iter + 1
+    assert (d / "h.png").stat().st_size > 1000
+    p = run("report", d / "mr.zarr", "--plot", d / "h.png", check=False)
+    assert p.returncode == 2 and "already exists" in p.stderr
