@@ -1,0 +1,277 @@
+"""K-Multiple-Means (Nie et al., 2019) and its exact fast variant F-KMM
+(Fujiwara et al., 2024) as a scikit-learn estimator on Dask arrays."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
+from ..parallel.engine import maybe_persist
+from ..parallel.kmm import kmm, predict_labels
+from ..parallel.lloyd import sample_rows
+from ._base import DqkmClusterer, check_param
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KMultipleMeans"]
+
+_INIT_OPTIONS = {"random", "k-means++"}
+_SOLVERS = {"fast", "svd"}
+
+
+class KMultipleMeans(DqkmClusterer):
+    """K-Multiple-Means clustering: m prototypes, c clusters of any shape.
+
+    Each point is linked to its ``n_neighbors`` nearest prototypes with the
+    CAN weights of eq. (10); the weights are re-solved with a spectral term
+    weighted by β until the bipartite graph of points and prototypes has
+    exactly ``n_clusters`` connected components; the prototypes then move to
+    the weighted means of their points (eq. 14), until no point changes its
+    nearest prototype.  The clusters are the connected components.
+
+    ``solver='fast'`` (F-KMM) and ``solver='svd'`` (the original algorithm)
+    follow the same rules (docs/ALGORITHMS.md) and give the same clusters,
+    neighbour sets and β trajectory (Theorem 4.14); 'fast' never forms the
+    n × m SVD and prunes exact distances with a rank-d′ lower bound.
+
+    Parameters
+    ----------
+    n_clusters : int, default=2
+        c, at least 2.
+    n_prototypes : int, 'auto' or None, default=None
+        m, with ``n_clusters < m ≤ n_samples``.  None: ⌊√(n·c)⌋.  'auto': the
+        adaptive k-means++ rule of Algorithm 6 ("F-KMM#"), run on a sample.
+    n_neighbors : int, default=5
+        l, in [1, m − 1].
+    init : {'random', 'k-means++'} or ndarray of shape (m, n_features), default='random'
+        'random': m distinct rows (Algorithm 4); 'k-means++': k-means++ with
+        SVD-pruned distance updates (Algorithm 5, "F-KMM++") on a uniform
+        sample of ``max(20·m, 20000)`` rows (all rows when fewer).
+    detect_outliers : bool, default=False
+        Algorithm 7 ("F-KMM-OD"): points with fewer than l/2 of their l
+        nearest prototypes within the mean neighbour distance θ are outliers;
+        they are left out of the graph and labelled −1.  The paper pairs it
+        with ``n_prototypes='auto'``.
+    solver : {'fast', 'svd'}, default='fast'
+    svd_rank : int or None, default=None
+        d′ of the lower bound; None: ⌈log2 d⌉ (at least 1).
+    max_iter : int, default=30
+        Outer iterations (prototype updates).
+    max_inner_iter : int, default=30
+        β updates per outer iteration.
+    random_state : int, RandomState instance or None
+    persist : 'auto', bool, default='auto'
+    split_every : int or None, default=None
+        Fan-in of the tree reductions (None: 8).
+
+    Attributes
+    ----------
+    labels_ : ndarray or Dask array of shape (n_samples,)
+        Connected component of each point, 0 … b − 1 (−1: outlier).
+    prototypes_ : ndarray of shape (m, n_features)
+    prototype_labels_ : ndarray of shape (m,)
+        Cluster of each prototype (−1: a prototype with no point).
+    similarity_ : tuple (neighbors, weights) of arrays of shape (n_samples, n_neighbors)
+        The rows of S: neighbour prototype indices (int32) and CAN weights,
+        aligned with X (Dask in → Dask out).
+    beta_ : float
+        β at the end.
+    alpha_ : float
+        α (text below eq. 12), from the β = 0 graph.
+    n_components_ : int
+        b of the final graph (= n_clusters unless a ConvergenceWarning was issued).
+    n_outliers_ : int
+    history_ : list of dict
+        One dict per outer iteration: ``objective`` (Σ s_ij·D_ij + α‖S‖², the
+        objective of eq. 4 at the final S of the iteration), ``shift`` (Σ of
+        squared prototype moves), ``seconds``, ``empty_clusters`` (prototypes
+        with no point), ``beta`` and ``n_components`` (one entry per pass),
+        ``step_seconds``, ``n_changed`` (points whose nearest prototype
+        changed), ``inner_steps``, ``distances_exact`` / ``distances_total``,
+        ``eig_lemma`` / ``eig_computed`` / ``eig_naive`` / ``eig_pruned``.
+    n_iter_ : int
+    n_features_in_ : int
+
+    References
+    ----------
+    F. Nie, C.-L. Wang, X. Li, *K-Multiple-Means: A Multiple-Means Clustering
+    Method with Specified K Clusters*, KDD 2019.
+    Y. Fujiwara et al., *Efficient Algorithm for K-Multiple-Means*, SIGMOD 2024
+    (eqs. 8, 10, 14, 32, 50, 56; Lemmas 4.1, 4.3, 4.5, 4.8, 4.10; Algorithms 1–7).
+
+    Examples
+    --------
+    >>> import dqkm
+    >>> from sklearn.datasets import make_moons
+    >>> X, y = make_moons(500, noise=0.05, random_state=0)
+    >>> kmm = dqkm.KMultipleMeans(2, random_state=0).fit(X)
+    >>> sorted(set(kmm.labels_.tolist()))
+    [0, 1]
+    """
+
+    def __init__(self, n_clusters=2, *, n_prototypes=None, n_neighbors=5, init="random",
+                 detect_outliers=False, solver="fast", svd_rank=None, max_iter=30,
+                 max_inner_iter=30, random_state=None, persist="auto", split_every=None):
+        self.n_clusters = n_clusters
+        self.n_prototypes = n_prototypes
+        self.n_neighbors = n_neighbors
+        self.init = init
+        self.detect_outliers = detect_outliers
+        self.solver = solver
+        self.svd_rank = svd_rank
+        self.max_iter = max_iter
+        self.max_inner_iter = max_inner_iter
+        self.random_state = random_state
+        self.persist = persist
+        self.split_every = split_every
+
+    # ------------------------------------------------------------------ params
+    def _check_params(self, n_samples, n_features):
+        owner = type(self).__name__
+        check_param("n_clusters", self.n_clusters, owner, low=2)
+        c = self.n_clusters
+        if isinstance(self.init, str):
+            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
+            init_m = None
+        elif hasattr(self.init, "__array__") or isinstance(self.init, (list, tuple)):
+            init_m = int(np.asarray(self.init).shape[0])
+        else:
+            raise TypeError(f"The 'init' parameter of {owner} must be one of "
+                            f"{sorted(_INIT_OPTIONS)} or an array of shape (n_prototypes, "
+                            f"n_features). Got {self.init!r} instead.")
+        if self.n_prototypes is None:
+            m = init_m if init_m is not None else int(math.isqrt(n_samples * c))
+        elif isinstance(self.n_prototypes, str):
+            check_param("n_prototypes", self.n_prototypes, owner, kind=None, options={"auto"})
+            if init_m is not None:
+                raise ValueError(f"The 'n_prototypes' parameter of {owner} cannot be 'auto' "
+                                 "with an init array (which fixes the number of prototypes).")
+            m = "auto"
+        else:
+            check_param("n_prototypes", self.n_prototypes, owner, low=c + 1, high=n_samples,
+                        options={"auto"})
+            m = self.n_prototypes
+            if init_m is not None and init_m != m:
+                raise ValueError(f"The 'init' array of {owner} has {init_m} rows but "
+                                 f"n_prototypes={m}.")
+        if m != "auto" and not c < m <= n_samples:
+            raise ValueError(f"The number of prototypes of {owner} must be in the range "
+                             f"[n_clusters + 1, n_samples] = [{c + 1}, {n_samples}]. Got {m} "
+                             "instead (n_prototypes=None uses floor(sqrt(n_samples * "
+                             "n_clusters))).")
+        if m == "auto":
+            check_param("n_neighbors", self.n_neighbors, owner, low=1)
+        else:
+            check_param("n_neighbors", self.n_neighbors, owner, low=1, high=m - 1)
+        if self.solver not in _SOLVERS:
+            raise ValueError(f"The 'solver' parameter of {owner} must be one of "
+                             f"{sorted(_SOLVERS)}. Got {self.solver!r} instead.")
+        if not isinstance(self.detect_outliers, (bool, np.bool_)):
+            raise TypeError(f"The 'detect_outliers' parameter of {owner} must be a bool. "
+                            f"Got {self.detect_outliers!r} instead.")
+        check_param("svd_rank", self.svd_rank, owner, low=1, high=n_features, allow_none=True)
+        check_param("max_iter", self.max_iter, owner, low=1)
+        check_param("max_inner_iter", self.max_inner_iter, owner, low=1)
+        check_param("split_every", self.split_every, owner, low=2, allow_none=True)
+        if self.persist not in ("auto", True, False):
+            raise ValueError(f"The 'persist' parameter of {owner} must be 'auto', True or "
+                             f"False. Got {self.persist!r} instead.")
+        rank = self.svd_rank if self.svd_rank is not None else \
+            max(1, math.ceil(math.log2(n_features))) if n_features > 1 else 1
+        return m, int(min(rank, n_features))
+
+    # ---------------------------------------------------------------- fitting
+    def _initial_prototypes(self, X, m, rank, rng):
+        """Prototypes, the SVD basis and the seeding statistics."""
+        n, d = X.shape
+        c = self.n_clusters
+        m_basis = m if m != "auto" else int(math.isqrt(n * c))
+        basis_rows = sample_rows(X, max(m_basis, 2), rng).astype(np.float64)
+        if not np.isfinite(basis_rows).all():
+            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
+                             "values; drop or impute them first.")
+        mu, V = svd_basis(basis_rows, rank)
+        info = {"distances_exact": 0, "distances_total": 0}
+        if not isinstance(self.init, str):
+            A = check_array(self.init, dtype=[np.float64, np.float32], input_name="init")
+            if A.shape != (m, d):
+                raise ValueError(f"The 'init' array of {type(self).__name__} must have shape "
+                                 f"(n_prototypes, n_features) = ({m}, {d}). Got {A.shape} "
+                                 "instead.")
+            return A.astype(np.float64), mu, V, info
+        if self.init == "random" and m != "auto":
+            return basis_rows, mu, V, info  # Algorithm 4, lines 1 and 5: A = X′
+        cap = m if m != "auto" else n
+        sample = sample_rows(X, max(20 * m_basis, 20_000), rng)
+        if not np.isfinite(sample).all():
+            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
+                             "values; drop or impute them first.")
+        seed = kmeanspp_pruned(sample, min(cap, sample.shape[0]), rng, mu=mu, V=V,
+                               adaptive=m == "auto",
+                               min_prototypes=max(c + 1, self.n_neighbors + 1))
+        info = {"distances_exact": seed.n_exact, "distances_total": seed.n_pairs}
+        A = np.asarray(sample[seed.indices], dtype=np.float64)
+        if A.shape[0] <= max(c, self.n_neighbors):
+            raise ValueError(f"k-means++ seeding found only {A.shape[0]} distinct prototypes; "
+                             f"need more than max(n_clusters, n_neighbors) = "
+                             f"{max(c, self.n_neighbors)}. X has too few distinct rows.")
+        return A, mu, V, info
+
+    def fit(self, X, y=None, *, callback=None):
+        """Compute the K-Multiple-Means clustering.
+
+        Parameters
+        ----------
+        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
+        y : ignored
+        callback : callable, optional
+            ``callback(record)`` after every outer iteration.
+
+        Returns
+        -------
+        self
+        """
+        Xd, lazy = self._validate_X(X, reset=True)
+        m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(np.random.SeedSequence(rs.randint(2**31 - 1)))
+        Xd, _ = maybe_persist(Xd, self.persist)
+        A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
+        res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
+                  solver=self.solver, mu=mu, V=V, max_iter=self.max_iter,
+                  max_inner_iter=self.max_inner_iter, detect_outliers=bool(self.detect_outliers),
+                  split_every=self.split_every, rng=rng, callback=callback)
+        self.prototypes_ = res.prototypes.astype(Xd.dtype)
+        self.prototype_labels_ = res.proto_comp
+        self.n_prototypes_ = int(A.shape[0])
+        self.beta_ = res.beta
+        self.alpha_ = res.alpha
+        self.n_components_ = res.n_components
+        self.n_outliers_ = res.n_outliers
+        self.n_iter_ = res.n_iter
+        self.history_ = res.history
+        self.seeding_ = seed_info
+        self.labels_ = self._output(res.labels, lazy)
+        self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
+        return self
+
+    def fit_predict(self, X, y=None, **kwargs):
+        return self.fit(X, **kwargs).labels_
+
+    def predict(self, X):
+        """Cluster of each new point's nearest prototype (squared Euclidean).
+
+        Prototypes with no point (label −1) are ignored; outlier detection is
+        not applied to new points.
+        """
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(predict_labels(Xd, self.prototypes_, self.prototype_labels_), lazy)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "prototypes_")
