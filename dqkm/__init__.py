@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "KMeans": "dqkm.cluster.kmeans",
     "KMeansL1": "dqkm.cluster.kmeans_l1",
+    "KMultipleMeans": "dqkm.cluster.kmm",
     "save": "dqkm.io",
     "load": "dqkm.io",
 }
