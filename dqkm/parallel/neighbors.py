@@ -67,10 +67,12 @@ class InvertedIndex:
         return self.path is None
 
     def _open(self):
+        """The Zarr arrays ``(X, ids, sq_norms)``, opened once per process/task."""
         if self._group is None:
             import zarr
 
-            self._group = zarr.open_group(str(self.path), mode="r")
+            g = zarr.open_group(str(self.path), mode="r")
+            self._group = (g["X"], g["ids"], g["sq_norms"])
         return self._group
 
     def cluster(self, c):
@@ -78,8 +80,8 @@ class InvertedIndex:
         lo, hi = int(self.offsets[c]), int(self.offsets[c + 1])
         if self.in_memory:
             return self.X[lo:hi], self.ids[lo:hi], self.sq_norms[lo:hi]
-        g = self._open()
-        return g["X"][lo:hi], g["ids"][lo:hi], g["sq_norms"][lo:hi]
+        X, ids, sq = self._open()
+        return X[lo:hi], ids[lo:hi], sq[lo:hi]
 
     @classmethod
     def open(cls, path):
