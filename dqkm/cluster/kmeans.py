@@ -10,7 +10,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..parallel.engine import maybe_persist
+from ..parallel.engine import SchedulerLostError, maybe_persist
 from ..parallel.lloyd import (LloydResult, assign, inertia, kmeans_parallel_init, lloyd,
                               min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
@@ -282,8 +282,18 @@ class KMeans(DqkmClusterer):
             if finished:
                 res = self._resumed_result(state, meta)
             else:
-                res = self._iterate(Xd, state, callback=callback,
-                                    on_iteration=on_iteration if ck is not None else None, **kw)
+                try:
+                    res = self._iterate(Xd, state, callback=callback,
+                                        on_iteration=on_iteration if ck is not None else None,
+                                        **kw)
+                except SchedulerLostError as e:
+                    done = len(self._current_history)
+                    hint = (f" The state after iteration {done} of run {run + 1} is in the "
+                            f"checkpoint {str(checkpoint)!r}: connect a new Client and call "
+                            f"fit(X, checkpoint={str(checkpoint)!r}, resume=True) to continue."
+                            if ck is not None else " Pass checkpoint=PATH to fit to be able "
+                            "to resume after such a failure.")
+                    raise SchedulerLostError(f"{type(self).__name__}.fit: {e}{hint}") from e
             value = self._final_value(Xd, res)
             logger.info("%s run %d/%d: objective %.6g after %d iterations", type(self).__name__,
                         run + 1, n_init, value, res.n_iter)

@@ -90,19 +90,33 @@ def _blas_limit_context(n_tasks: int):
     return threadpool_limits(limits=1, user_api="blas")
 
 
+class SchedulerLostError(RuntimeError):
+    """The connection to the Dask scheduler was lost during a pass."""
+
+
 def compute(*objs, n_tasks: int = 2):
     """``dask.compute`` with the BLAS thread limit and the optional progress bar.
 
-    This is the single ``compute`` of one iteration.
+    This is the single ``compute`` of one iteration.  A lost scheduler raises
+    :class:`SchedulerLostError` (not a bare cancellation).
     """
     client = active_client()
     if client is not None:
-        futures = client.compute(list(objs))
-        if _PROGRESS["enabled"]:
-            from distributed import progress as dist_progress
+        import concurrent.futures
 
-            dist_progress(futures)
-        return tuple(client.gather(futures))
+        try:
+            futures = client.compute(list(objs))
+            if _PROGRESS["enabled"]:
+                from distributed import progress as dist_progress
+
+                dist_progress(futures)
+            return tuple(client.gather(futures))
+        except (concurrent.futures.CancelledError, OSError) as e:
+            if client.status == "running" and "connection" not in str(e):
+                raise
+            raise SchedulerLostError(
+                f"lost the connection to the Dask scheduler {client.scheduler.address} "
+                f"during a pass ({type(e).__name__}: {e}).") from e
     with _blas_limit_context(n_tasks):
         if _PROGRESS["enabled"]:
             import sys

@@ -162,3 +162,48 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
     print(f"\nout-of-core: {Xz.nbytes / 2**30:.2f} GiB on 2 x {limit / 2**20:.0f} MiB; "
           f"peak worker RSS {peak:.0f} MiB")
     assert peak < limit / 2**20
+
+
+def test_scheduler_loss_is_reported_and_the_fit_resumes(tmp_path):
+    """A separate-process scheduler is killed mid-fit; a new cluster resumes the fit."""
+    import signal
+    import sys
+
+    from distributed import Client
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
+    from _multiprocess_cluster import MultiprocessCluster
+
+    from dqkm.parallel.engine import SchedulerLostError
+
+    Xz, _ = datasets.make_blobs(60_000, 8, 6, cluster_std=6.0, chunks=6000, random_state=0,
+                                path=tmp_path / "d.zarr")
+    make = lambda: dqkm.KMeans(6, max_iter=12, tol=0, random_state=0, persist=False)  # noqa: E731
+    reference = make().fit(Xz)
+    assert reference.n_iter_ > 3
+    (tmp_path / "c1").mkdir()
+    first = MultiprocessCluster(tmp_path / "c1", n_workers=2).start()
+    try:
+        with Client(first.address, set_as_default=True):
+            def kill_scheduler(rec, state):
+                if rec["iteration"] == 2:
+                    for name, proc in first.procs:
+                        if name == "scheduler":
+                            os.killpg(proc.pid, signal.SIGKILL)
+
+            with pytest.raises(SchedulerLostError, match=r"(?s)lost the connection to the Dask "
+                               r"scheduler .* resume=True"):
+                make().fit(Xz, checkpoint=tmp_path / "ck", callback=kill_scheduler)
+    finally:
+        first.close()
+    (tmp_path / "c2").mkdir()
+    second = MultiprocessCluster(tmp_path / "c2", n_workers=2).start()
+    try:
+        with Client(second.address, set_as_default=True):
+            resumed = make().fit(Xz, checkpoint=tmp_path / "ck", resume=True)
+            labels = resumed.labels_.compute()
+    finally:
+        second.close()
+    np.testing.assert_array_equal(resumed.cluster_centers_, reference.cluster_centers_)
+    np.testing.assert_array_equal(labels, reference.labels_.compute())
+    assert resumed.n_iter_ == reference.n_iter_
