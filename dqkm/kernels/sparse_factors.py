@@ -257,7 +257,7 @@ class SparseFactors:
         return bool(np.allclose(self.toarray(), other.toarray(), rtol=rtol, atol=atol))
 
     # ------------------------------------------------------------ products
-    def _check_operand(self, x, dim, side):
+    def _check_operand(self, x, side):
         if sp.issparse(x):
             x = x.toarray()
         x = np.asarray(x)
@@ -273,7 +273,7 @@ class SparseFactors:
         """``V @ x`` for ``x`` of shape ``(D,)`` or ``(D, m)``; a SparseFactors chains."""
         if isinstance(x, SparseFactors):
             return SparseFactors(self._factors + x._factors, lam=self._lam * x._lam)
-        x = self._check_operand(x, self._shape[1], "V @ x")
+        x = self._check_operand(x, "V @ x")
         if x.shape[0] != self._shape[1]:
             raise ValueError(f"V @ x: V has shape {self._shape} but x has shape {x.shape}; "
                              f"x must have {self._shape[1]} rows.")
@@ -283,7 +283,7 @@ class SparseFactors:
 
     def __rmatmul__(self, y):
         """``y @ V`` for ``y`` of shape ``(K,)`` or ``(m, K)``."""
-        y = self._check_operand(y, self._shape[0], "y @ V")
+        y = self._check_operand(y, "y @ V")
         if y.shape[-1] != self._shape[0]:
             raise ValueError(f"y @ V: V has shape {self._shape} but y has shape {y.shape}; "
                              f"y must have {self._shape[0]} columns.")
@@ -390,9 +390,13 @@ class SparseFactors:
             apply_rows_serial(X, out, tile, ld, shapes, indptr, indices, data, poffs, ioffs)
         else:
             with _PARALLEL_LOCK:
+                before = numba.get_num_threads()  # a per-thread setting: restored below
                 numba.set_num_threads(n_workers)
-                apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, data,
-                                    poffs, ioffs)
+                try:
+                    apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices,
+                                        data, poffs, ioffs)
+                finally:
+                    numba.set_num_threads(before)
         return out
 
     # ------------------------------------------------------------ statistics

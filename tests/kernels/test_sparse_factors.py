@@ -62,6 +62,33 @@ def test_numba_threads_and_scipy_reference_agree(dtype):
     np.testing.assert_allclose(V.apply_rows(X), ref, **_tol(dtype))
 
 
+def test_results_do_not_depend_on_threads_and_numba_setting_is_restored():
+    import numba
+
+    V = _chain_for(70, 50, seed=21, dtype=np.float32)
+    X = np.random.default_rng(22).standard_normal((1001, 50)).astype(np.float32)
+    before = numba.get_num_threads()
+    Y1 = V.apply_rows(X, n_threads=1)
+    np.testing.assert_array_equal(V.apply_rows(X, n_threads=2), Y1)
+    np.testing.assert_array_equal(V.apply_rows(X[500:]), Y1[500:])
+    assert numba.get_num_threads() == before
+
+
+def test_empty_rows_and_all_zero_factor():
+    S1 = np.array([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]])  # row 1 empty
+    S2 = np.zeros((2, 4))
+    S2[1, 3] = 5.0                                      # row 0 of S2 empty
+    V = SparseFactors([S1, S2])
+    X = np.arange(8.0).reshape(2, 4)
+    expected = X @ (S1 @ S2).T
+    for method in ("numba", "scipy"):
+        np.testing.assert_array_equal(V.apply_rows(X, method=method), expected)
+    Z = SparseFactors([S1, np.zeros((2, 4))])
+    assert Z.nnz == 3 and Z.flops == 6
+    np.testing.assert_array_equal(Z.apply_rows(X), np.zeros((2, 3)))
+    assert SparseFactors([np.zeros((2, 2))]).compression == np.inf
+
+
 def test_apply_rows_from_worker_threads():
     V = _chain_for(50, 80, seed=5, dtype=np.float32)
     X = np.random.default_rng(6).standard_normal((700, 80)).astype(np.float32)
