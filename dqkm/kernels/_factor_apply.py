@@ -122,7 +122,8 @@ def _csr_rows_times(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT d
 
 
 @njit(nogil=True, cache=True)
-def _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs):  # OUT out, bufa, bufb
+def _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs):
+    # OUT out (rows r0 .. r0+t), bufa, bufb (scratch)
     n_factors = shapes.shape[0]
     d_in = X.shape[1]
     # transpose the tile of X into bufa[:D, :t]
@@ -157,7 +158,8 @@ def apply_rows_serial(X, out, tile, ld, shapes, indptr, indices, data, poffs, io
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, data, poffs, ioffs):  # OUT out
+def apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, data, poffs,
+                        ioffs):  # OUT out
     """``out[:] = X @ Vᵀ`` with the tiles dealt round-robin to ``n_workers`` threads."""
     n = X.shape[0]
     n_tiles = (n + tile - 1) // tile

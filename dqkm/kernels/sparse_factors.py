@@ -352,15 +352,15 @@ class SparseFactors:
             raise ValueError(f"The 'X' parameter of SparseFactors.apply_rows must be 2-D with "
                              f"{self._shape[1]} columns (V has shape {self._shape}). Got "
                              f"shape {X.shape} instead.")
+        if n_threads is None:
+            n_threads = 0
+        elif isinstance(n_threads, (bool, np.bool_)) \
+                or not isinstance(n_threads, numbers.Integral) or n_threads < 1:
+            raise ValueError(f"The 'n_threads' parameter of SparseFactors.apply_rows must be "
+                             f"None or an int >= 1. Got {n_threads!r} instead.")
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
         if method == "scipy":
             return self._apply_rows_scipy(X.astype(dtype, copy=False), dtype)
-        if n_threads is None:
-            n_threads = 0
-        elif isinstance(n_threads, (bool, np.bool_)) or not isinstance(n_threads, numbers.Integral) \
-                or n_threads < 1:
-            raise ValueError(f"The 'n_threads' parameter of SparseFactors.apply_rows must be "
-                             f"None or an int >= 1. Got {n_threads!r} instead.")
         X = np.ascontiguousarray(X, dtype=dtype)
         return self._apply_rows_numba(X, dtype, int(n_threads))
 

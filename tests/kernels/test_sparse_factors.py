@@ -315,8 +315,17 @@ def test_bad_inputs():
         V.apply_rows(np.ones((2, 6), dtype=complex))
     with pytest.raises(ValueError, match="'n_threads' parameter .* Got 0"):
         V.apply_rows(np.ones((2, 6)), n_threads=0)
+    with pytest.raises(ValueError, match="'n_threads' parameter .* Got 1.5"):
+        V.apply_rows(np.ones((2, 6)), method="scipy", n_threads=1.5)
     with pytest.raises(TypeError, match="must be a SparseFactors"):
         V.allclose(np.eye(5))
+
+
+def test_kernels_release_the_gil():
+    from dqkm.kernels import _factor_apply as fa
+
+    for kernel in (fa.apply_rows_serial, fa.apply_rows_parallel):
+        assert kernel.targetoptions["nogil"] is True
 
 
 def test_importing_kernels_does_not_import_dask():
