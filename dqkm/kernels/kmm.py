@@ -53,6 +53,7 @@ MODE_FULL = 3
 #: relative floating-point slack of the lower bound: a pair is pruned only when
 #: ``lb − LB_MARGIN·(‖x − μ‖² + ‖a − μ‖²) > current (l+1)-th distance``.
 LB_MARGIN = 1e-9
+_TILE = 1024
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def _sqdist(X, i, A, j):
     return s
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _insert(topD, topJ, topE, D, j, E):  # OUT topD, topJ, topE
     """Insert (D, j) into the ascending list if it beats its last entry."""
     L = topD.shape[0]
@@ -177,38 +178,36 @@ def _insert(topD, topJ, topE, D, j, E):  # OUT topD, topJ, topE
 
 
 @njit(cache=True, nogil=True)
-def _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2):
+def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, out):  # OUT out
+    """β·D_F[i, j] for every prototype j (eqs. 11, 50, 56)."""
+    m = out.shape[0]
+    k = F.shape[1]
     if mode == 0:
-        return 0.0
-    if mode == 3:  # eq. (11): all c columns
-        s = 0.0
-        for k in range(F.shape[1]):
-            t = F[i, k] - G[j, k]
-            s += t * t
-        return s
-    same = pcomp[i] == qcomp[j] and pcomp[i] >= 0
-    if mode == 1:  # eq. (56)
-        if same:
-            return 0.0
-        return 0.5 * (pinv[i] + qinv[j])
-    # mode 2, eq. (50)
-    if same:
-        s = 0.0
-        for k in range(F.shape[1]):
-            t = F[i, k] - G[j, k]
-            s += t * t
-        return s
-    return 0.5 * (pinv[i] + qinv[j]) + f2[i] + g2[j]
+        for j in range(m):
+            out[j] = 0.0
+        return
+    ci = pcomp[i]
+    for j in range(m):
+        same = ci >= 0 and qcomp[j] == ci
+        if mode == 1:  # eq. (56)
+            v = 0.0 if same else 0.5 * (pinv[i] + qinv[j])
+        elif mode == 3 or same:  # eq. (11) on all columns / eq. (50), same component
+            v = 0.0
+            for t in range(k):
+                u = F[i, t] - G[j, t]
+                v += u * u
+        else:  # eq. (50), different components
+            v = 0.5 * (pinv[i] + qinv[j]) + f2[i] + g2[j]
+        out[j] = beta * v
 
 
 @njit(cache=True, nogil=True)
 def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, g2,
-                    pruned, xt, xperp, xn2, at, aperp, an2, margin,
+                    pruned, xa, xtn, atn, xperp, aperp, xn2, an2, margin,
                     idx, dist, de):  # OUT idx, dist, de
     n = X.shape[0]
     m = A.shape[0]
     L = idx.shape[1]
-    dp = xt.shape[1]
     topD = np.empty(L)
     topJ = np.empty(L, np.int64)
     topE = np.empty(L)
@@ -230,29 +229,25 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, 
             topD[k] = np.inf
             topJ[k] = m
             topE[k] = np.inf
+        _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, dfv)
         if not pruned:
             for j in range(m):
                 e = _sqdist(X, i, A, j)
-                D = e + beta * _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2)
-                _insert(topD, topJ, topE, D, j, e)
+                _insert(topD, topJ, topE, e + dfv[j], j, e)
             n_exact += m
         else:
-            # Lemma 4.10 lower bound for every prototype, minus the float slack
+            # Lemma 4.10 lower bound (Euclidean part, less the float slack, in lbe)
             for k in range(L):
                 seedD[k] = np.inf
                 seedJ[k] = m
                 seedE[k] = 0.0
             for j in range(m):
-                s = 0.0
-                for k in range(dp):
-                    t = xt[i, k] - at[j, k]
-                    s += t * t
                 t = xperp[i] - aperp[j]
-                f = beta * _df(mode, i, j, pcomp, pinv, qcomp, qinv, F, G, f2, g2)
-                dfv[j] = f
-                v = s + t * t + f - margin * (xn2[i] + an2[j])
+                v = (xtn[i] + atn[j] - 2.0 * xa[i, j] + t * t + dfv[j]
+                     - margin * (xn2[i] + an2[j]))
                 lbm[j] = v
-                _insert(seedD, seedJ, seedE, v, j, 0.0)
+                if v <= seedD[L - 1]:
+                    _insert(seedD, seedJ, seedE, v, j, 0.0)
             # exact distances for the l+1 smallest bounds first, then for every
             # prototype whose bound does not exceed the current (l+1)-th distance
             for k in range(L):
@@ -313,25 +308,38 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
     if L > m:
         raise ValueError(f"n_neighbors + 1 = {L} must be at most the number of prototypes {m}.")
     skip = np.zeros(n, np.bool_) if skip is None else np.ascontiguousarray(skip, dtype=np.bool_)
-    if pruned:
-        xt, xperp, xn2, at, aperp, an2 = (np.ascontiguousarray(a, dtype=np.float64) for a in lb)
-    else:
-        xt = np.zeros((n, 0))
-        at = np.zeros((m, 0))
-        xperp = xn2 = np.zeros(n)
-        aperp = an2 = np.zeros(m)
     F = np.ascontiguousarray(term.point_f, dtype=np.float64)
     G = np.ascontiguousarray(term.proto_g, dtype=np.float64)
     f2 = np.einsum("ij,ij->i", F, F) if F.size else np.zeros(n)
     g2 = np.einsum("ij,ij->i", G, G) if G.size else np.zeros(m)
+    pcomp = np.ascontiguousarray(term.point_comp, np.int64)
+    pinv = np.ascontiguousarray(term.point_inv_n, np.float64)
+    qcomp = np.ascontiguousarray(term.proto_comp, np.int64)
+    qinv = np.ascontiguousarray(term.proto_inv_n, np.float64)
     idx = np.empty((n, L), np.int32)
     dist = np.empty((n, L))
     de = np.empty((n, L))
-    n_exact = _neighbors_loop(
-        X, A, skip, int(term.mode), float(term.beta),
-        np.ascontiguousarray(term.point_comp, np.int64), np.ascontiguousarray(term.point_inv_n, np.float64),
-        np.ascontiguousarray(term.proto_comp, np.int64), np.ascontiguousarray(term.proto_inv_n, np.float64),
-        F, G, f2, g2, bool(pruned), xt, xperp, xn2, at, aperp, an2, LB_MARGIN, idx, dist, de)
+    if pruned:
+        xt, xperp, xn2, at, aperp, an2 = (np.ascontiguousarray(a, dtype=np.float64) for a in lb)
+        xtn = np.einsum("ij,ij->i", xt, xt)
+        atn = np.einsum("ij,ij->i", at, at)
+    else:
+        xt = np.zeros((n, 0))
+        at = np.zeros((m, 0))
+        xperp = xn2 = xtn = np.zeros(n)
+        aperp = an2 = atn = np.zeros(m)
+    n_exact = 0
+    empty = np.zeros((0, m))
+    for r0 in range(0, n, _TILE):
+        r1 = min(r0 + _TILE, n)
+        # ‖x̃ − ã‖² = ‖x̃‖² + ‖ã‖² − 2 x̃·ã with one GEMM per tile; its rounding
+        # error (≲ 1e-15·(‖x − μ‖² + ‖a − μ‖²)) is far inside the margin
+        xa = xt[r0:r1] @ at.T if pruned else empty
+        n_exact += _neighbors_loop(
+            X[r0:r1], A, skip[r0:r1], int(term.mode), float(term.beta), pcomp[r0:r1],
+            pinv[r0:r1], qcomp, qinv, F[r0:r1], G, f2[r0:r1], g2, bool(pruned),
+            np.ascontiguousarray(xa), xtn[r0:r1], atn, xperp[r0:r1], aperp, xn2[r0:r1], an2,
+            LB_MARGIN, idx[r0:r1], dist[r0:r1], de[r0:r1])
     return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
 
 
