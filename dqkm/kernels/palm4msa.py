@@ -1,0 +1,645 @@
+"""palm4MSA: approximate a matrix by ``λ · [F0] · S1 · S2 ··· SQ`` with sparse factors.
+
+The solver minimises ``‖A − λ·F0·S1···SQ‖²_F`` over factors ``Sq`` in their
+constraint sets (sparse support, unit Frobenius norm) and the scalar ``λ``,
+by proximal alternating linearised minimisation (PALM).  ``F0`` is an optional
+fixed diagonal factor (QuicK-means's ``D_√n``).
+
+How one sweep is computed (``A`` is K×D; factor ``q`` is ``r_q × c_q``)
+-------------------------------------------------------------------------
+For factor ``q`` with left part ``L = F0·S1···S_{q-1}`` and right part
+``R = S_{q+1}···SQ``, everything the update needs lives in the small
+``r_q × c_q`` space:
+
+    GL = Lᵀ L,  GR = R Rᵀ,  C = Lᵀ A Rᵀ
+    ½∇f(S) = λ² GL S GR − λ C
+    f(S)   = ‖A‖² − 2λ⟨C, S⟩ + λ² ⟨GL S, S GR⟩
+
+Factors are updated right to left (``q = Q … 1``, Algorithm 2), so ``R`` is
+made of already updated factors and ``L`` of old ones.  At the start of a
+sweep the left quantities ``Lᵀ`` (r_q × K) and ``GL`` are built for every
+``q`` by one sparse product each (``Lᵀ_{q+1} = S_qᵀ Lᵀ_q``,
+``GL_{q+1} = S_qᵀ GL_q S_q``); during the sweep ``Rᵀ`` is folded into
+``T = A Rᵀ`` (K × c_q, one sparse product per factor: ``Tᵀ ← S_q Tᵀ``) and
+``GR ← S_q GR S_qᵀ``.  The only dense BLAS products per factor are
+``C = Lᵀ·T`` and ``GL·(S GR)`` (both r×K×c or r×r×c); every product with a
+sparse factor uses a CSR kernel, which was 3–6× faster than BLAS on the
+128×128, 5-per-row factors of the benchmark (see docs/ALGORITHMS.md).  The
+wide factor (A×D) only ever meets ``A`` in two products per sweep.  Factors
+denser than ``_DENSE_ABOVE`` (e.g. hierarchical residuals) use BLAS.
+
+References
+----------
+Le Magoarou, L. and Gribonval, R. (2016). Flexible multilayer sparse
+approximations of matrices and applications. IEEE JSTSP 10(4), Algorithm 2.
+Giffon, Emiya, Ralaivola, Kadri (2019/2021). QuicK-means, Appendix A,
+Algorithm 2; journal version Sect. 4.1 (factor shapes and initialisation).
+Bolte, Sabach, Teboulle (2014). Proximal alternating linearized minimization.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from .projections import Splincol, _Projection
+from .sparse_factors import SparseFactors
+
+__all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
+
+_DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
+_STEP_MARGIN = 1.001  # c = 1.001 · λ² · ‖L‖₂² · ‖R‖₂² (Algorithm 2, line 7)
+_BACKTRACKS = 2  # c is doubled at most this many times before an update is refused
+
+
+@dataclass(frozen=True)
+class Palm4MSAResult:
+    """Result of :func:`palm4msa` / :func:`hierarchical_palm4msa`.
+
+    Attributes
+    ----------
+    factors : SparseFactors
+        ``λ · S1 ··· SQ`` (``fixed_left`` excluded); every ``Sq`` has unit
+        Frobenius norm and ``factors.lam == lam``.
+    lam : float
+        The scale λ.
+    errors : ndarray of shape (n_iter + 1,), float64
+        ``errors[t] = ‖A − λ·[F0]·S1···SQ‖_F`` after iteration ``t``
+        (``errors[0]``: the initial factors).
+    n_iter : int
+        Number of iterations run (sweeps over all factors).
+    """
+
+    factors: SparseFactors
+    lam: float
+    errors: np.ndarray
+    n_iter: int
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@njit(cache=True, nogil=True)
+def _csr_mm(indptr, indices, data, X):
+    """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((r, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[i, t] += v * X[j, t]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _csr_tmm(indptr, indices, data, X, c):
+    """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((c, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[j, t] += v * X[i, t]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _dense_to_csr(M):
+    r, c = M.shape
+    nnz = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                nnz += 1
+    indptr = np.zeros(r + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int64)
+    data = np.empty(nnz)
+    k = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                indices[k] = j
+                data[k] = M[i, j]
+                k += 1
+        indptr[i + 1] = k
+    return indptr, indices, data
+
+
+class _Factor:
+    """One factor as a dense float64 array plus CSR arrays when sparse enough."""
+
+    __slots__ = ("dense", "csr")
+
+    def __init__(self, dense):
+        self.dense = np.ascontiguousarray(dense, dtype=np.float64)
+        nnz = np.count_nonzero(self.dense)
+        self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
+
+    def mul(self, X):
+        """``S @ X``, X (c × p) C-ordered."""
+        if self.csr is None:
+            return self.dense @ X
+        return _csr_mm(*self.csr, np.ascontiguousarray(X))
+
+    def tmul(self, X):
+        """``Sᵀ @ X``, X (r × p) C-ordered."""
+        if self.csr is None:
+            return self.dense.T @ X
+        return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
+
+
+def _lmul(G, X):
+    """``G @ X`` where G is a dense matrix or a diagonal given as a vector."""
+    return G[:, None] * X if G.ndim == 1 else G @ X
+
+
+def _top_eig(G, v):
+    """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
+
+    Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
+    Stops when the quotient changes by less than 1e-6 relatively (at most 100
+    products of size n²).  The safeguard in :func:`_sweep` makes an
+    underestimate harmless.
+    """
+    if G.ndim == 1:
+        return float(G.max()) if G.size else 0.0, v
+    rho = 0.0
+    for _ in range(100):
+        w = G @ v
+        new = float(v @ w)
+        nw = np.linalg.norm(w)
+        if nw == 0.0:
+            return 0.0, v
+        v = w / nw
+        if abs(new - rho) <= 1e-6 * new:
+            return max(new, rho), v
+        rho = new
+    return rho, v
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def _check_int(value, name, owner, low, high=None):
+    rng = f"[{low}, inf)" if high is None else f"[{low}, {high}]"
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(
+            f"The '{name}' parameter of {owner} must be an int in the range {rng}. "
+            f"Got {value!r} of type {type(value).__name__} instead."
+        )
+    if value < low or (high is not None and value > high):
+        raise ValueError(
+            f"The '{name}' parameter of {owner} must be an int in the range {rng}. "
+            f"Got {value!r} instead."
+        )
+    return int(value)
+
+
+def default_shapes(K, D, n_factors=None):
+    """Factor shapes of the QuicK-means layout for a K×D matrix.
+
+    With ``A = min(K, D)``, ``B = max(K, D)`` and ``Q = n_factors`` (default
+    ``max(1, ⌈log2 B⌉)``): ``S1`` is K×A, the ``Q − 2`` inner factors A×A and
+    ``SQ`` A×D; for ``Q = 1`` the single factor is K×D.
+
+    Parameters
+    ----------
+    K, D : int >= 1
+    n_factors : int >= 1 or None
+
+    Returns
+    -------
+    shapes : list of Q (rows, cols) tuples
+
+    References
+    ----------
+    Giffon et al. (2021), QuicK-means, Sect. 4.1 ("Algorithm settings").
+    """
+    K = _check_int(K, "K", "default_shapes", 1)
+    D = _check_int(D, "D", "default_shapes", 1)
+    a, b = min(K, D), max(K, D)
+    if n_factors is None:
+        n_factors = max(1, math.ceil(math.log2(b)))
+    q = _check_int(n_factors, "n_factors", "default_shapes", 1)
+    if q == 1:
+        return [(K, D)]
+    return [(K, a)] + [(a, a)] * (q - 2) + [(a, D)]
+
+
+def default_constraints(K, D, sparsity=5, n_factors=None):
+    """``Splincol(sparsity)`` on every factor of :func:`default_shapes`.
+
+    ``sparsity`` is capped at each factor's smaller dimension.
+
+    Returns
+    -------
+    constraints : list of Splincol
+    """
+    s = _check_int(sparsity, "sparsity", "default_constraints", 1)
+    return [Splincol(shape, min(s, min(shape))) for shape in default_shapes(K, D, n_factors)]
+
+
+def _as_constraints(spec, K, D, owner):
+    if spec is None:
+        return default_constraints(K, D)
+    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__") or len(spec) == 0:
+        raise TypeError(
+            f"The 'shapes_or_constraints' parameter of {owner} must be None or a non-empty "
+            f"list of (rows, cols) tuples or projection objects. Got {spec!r} instead."
+        )
+    out = []
+    for q, item in enumerate(spec):
+        if isinstance(item, _Projection):
+            out.append(item)
+        else:
+            try:
+                shape = tuple(int(x) for x in item)
+                ok = len(shape) == 2 and min(shape) >= 1 and tuple(item) == shape
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise TypeError(
+                    f"Item {q} of 'shapes_or_constraints' ({owner}) must be a (rows, cols) pair "
+                    f"of positive ints or a projection object (Splincol, Sp, ...). "
+                    f"Got {item!r} instead."
+                )
+            out.append(Splincol(shape, min(5, min(shape))))
+    _check_chain([c.shape for c in out], K, D, owner)
+    return out
+
+
+def _check_chain(shapes, K, D, owner):
+    if shapes[0][0] != K:
+        raise ValueError(
+            f"The factors of {owner} must chain from K={K} rows to D={D} columns; "
+            f"factor 0 has shape {shapes[0]} (its rows must be {K})."
+        )
+    for q in range(1, len(shapes)):
+        if shapes[q][0] != shapes[q - 1][1]:
+            raise ValueError(
+                f"The factors of {owner} do not chain: factor {q - 1} has shape "
+                f"{shapes[q - 1]} but factor {q} has shape {shapes[q]} "
+                f"(its rows must be {shapes[q - 1][1]})."
+            )
+    if shapes[-1][1] != D:
+        raise ValueError(
+            f"The factors of {owner} must chain from K={K} rows to D={D} columns; "
+            f"the last factor has shape {shapes[-1]} (its columns must be {D})."
+        )
+
+
+def _check_target(A, owner):
+    if sp.issparse(A):
+        A = A.toarray()
+    A = np.asarray(A)
+    if A.ndim != 2 or A.size == 0:
+        raise ValueError(
+            f"The 'A' parameter of {owner} must be a non-empty 2-D array. Got shape {A.shape} instead."
+        )
+    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
+        raise TypeError(f"The 'A' parameter of {owner} must be real numeric. Got dtype {A.dtype} instead.")
+    if not np.all(np.isfinite(A)):
+        raise ValueError(f"The 'A' parameter of {owner} contains NaN or infinite values.")
+    out_dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    return np.ascontiguousarray(A, dtype=np.float64), out_dtype
+
+
+def _check_fixed_left(fixed_left, K, owner):
+    if fixed_left is None:
+        return np.ones(K)
+    d = np.asarray(fixed_left)
+    if d.ndim != 1 or d.shape[0] != K:
+        raise ValueError(
+            f"The 'fixed_left' parameter of {owner} must be the diagonal of the fixed left "
+            f"factor, a 1-D array of length K={K}. Got an array of shape {d.shape} instead."
+        )
+    if not np.issubdtype(d.dtype, np.number) or not np.all(np.isfinite(d)):
+        raise ValueError(f"The 'fixed_left' parameter of {owner} must hold finite real numbers.")
+    return d.astype(np.float64)
+
+
+def _check_tol_lam(tol, lam_init, owner):
+    if isinstance(tol, bool) or not isinstance(tol, Real) or not (tol >= 0 and math.isfinite(tol)):
+        raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r} instead.")
+    if lam_init is not None and (
+        isinstance(lam_init, bool) or not isinstance(lam_init, Real) or not math.isfinite(lam_init)
+    ):
+        raise ValueError(
+            f"The 'lam_init' parameter of {owner} must be a finite float or None. Got {lam_init!r} instead."
+        )
+
+
+def _initial_factors(init, constraints, lam_init, owner):
+    """Dense float64 factors and λ of the starting operator (unscaled: λ·ΠS)."""
+    shapes = [c.shape for c in constraints]
+    if init is None:
+        mats = [np.zeros(shapes[0])] + [np.eye(*s) for s in shapes[1:]]
+        lam = 1.0
+    else:
+        lam = 1.0
+        if isinstance(init, Palm4MSAResult):
+            init = init.factors
+        if isinstance(init, SparseFactors):
+            lam = float(init.lam)
+            init = list(init.factors)
+        if isinstance(init, (str, bytes)) or not hasattr(init, "__len__"):
+            raise TypeError(
+                f"The 'init' parameter of {owner} must be None, a Palm4MSAResult, a SparseFactors "
+                f"or a list of arrays. Got {type(init).__name__} instead."
+            )
+        if len(init) != len(shapes):
+            raise ValueError(
+                f"The 'init' parameter of {owner} must hold {len(shapes)} factors (one per "
+                f"constraint). Got {len(init)} instead."
+            )
+        mats = []
+        for q, M in enumerate(init):
+            M = M.toarray() if sp.issparse(M) else np.asarray(M)
+            if M.shape != shapes[q]:
+                raise ValueError(
+                    f"Factor {q} of 'init' ({owner}) has shape {M.shape}; the constraints "
+                    f"expect {shapes[q]}."
+                )
+            if not np.all(np.isfinite(M)):
+                raise ValueError(f"Factor {q} of 'init' ({owner}) contains NaN or infinite values.")
+            mats.append(np.array(M, dtype=np.float64))
+    if lam_init is not None:
+        lam = float(lam_init)
+    # unit-norm factors, scale moved into λ: the product is unchanged
+    for M in mats:
+        n = np.linalg.norm(M)
+        if n > 0:
+            M /= n  # OUT (our own copy)
+            lam *= n
+    return mats, lam
+
+
+def _exact_error(A, d, mats, lam):
+    P = d[:, None] * mats[0]
+    for M in mats[1:]:
+        P = P @ M
+    return float(np.linalg.norm(A - lam * P))
+
+
+# --------------------------------------------------------------------------- solver
+
+
+class _State:
+    """Mutable solver state (private): factors, λ, current objective, warm vectors."""
+
+    def __init__(self, A, d, constraints, mats, lam, safeguard):
+        self.A = A
+        self.At = np.ascontiguousarray(A.T)
+        self.d = d
+        self.constraints = constraints
+        self.facs = [_Factor(M) for M in mats]
+        self.lam = lam
+        self.normA2 = float(np.vdot(A, A))
+        self.f = _exact_error(A, d, mats, lam) ** 2
+        self.safeguard = safeguard
+        # the descent guarantee needs the current factor in its set; the default
+        # init and palm4msa results are, an arbitrary warm start may not be
+        self.feasible = [c._contains(M) for c, M in zip(constraints, mats)]
+        rng = np.random.default_rng(0)  # fixed start vectors: deterministic, no global state
+        self.vL = [rng.standard_normal(s.shape[0]) for s in constraints]
+        self.vR = [rng.standard_normal(s.shape[1]) for s in constraints]
+        for v in self.vL + self.vR:
+            v /= np.linalg.norm(v)
+
+
+def _project(cons, D, support=None):
+    """``cons(D)``, or ``D`` restricted to a given boolean ``support``; unit norm."""
+    mask = cons._mask(np.abs(D)) if support is None else support
+    P = np.where(mask, D, 0.0)
+    norm = np.linalg.norm(P)
+    if norm > 0:
+        P /= norm
+    return P
+
+
+def _objective(st, C, GL, GR, fac):
+    """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩, with ⟨C,S⟩ and ⟨GL S, S GR⟩."""
+    S = fac.dense
+    SGR = S if GR is None else fac.mul(GR)
+    if GL.ndim == 1:
+        GLS = GL[:, None] * S
+    else:
+        GLS = fac.tmul(GL).T
+    lin = float(np.vdot(C, S))
+    quad = float(np.vdot(GLS, SGR))
+    return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad
+
+
+def _guarded_update(st, q, fac, grad, c, C, GL, GR):
+    """A factor update that never increases the objective.
+
+    Candidates, in order, for c, 2c, 4c: the projection of ``D = S − ∇/c``;
+    for a non-exact projection (Splincol), ``D`` on the current support of
+    ``S`` (for unit-norm ``S`` this is never farther from ``D`` than ``S``,
+    the inequality PALM's descent proof needs).  The first candidate whose
+    objective is <= the current one is taken; if none, ``S`` is kept.
+    """
+    cons = st.constraints[q]
+    old = fac.dense != 0.0
+    for _ in range(_BACKTRACKS + 1):
+        D = fac.dense - grad / c
+        supports = [None] if cons.is_exact else [None, old]
+        for support in supports:
+            new = _Factor(_project(cons, D, support))
+            f_new = _objective(st, C, GL, GR, new)[0]
+            if f_new <= st.f:
+                st.f = f_new
+                return new
+        c *= 2.0
+    return fac
+
+
+def _sweep(st, guard):
+    """One palm4MSA iteration: factors Q…1 (right to left), then λ.
+
+    ``guard``: refuse any factor update that increases the objective.
+    """
+    facs, d, lam = st.facs, st.d, st.lam
+    Q = len(facs)
+    # left parts with the old factors: Lᵀ_q (r_q × K) and GL_q = Lᵀ_q L_q
+    Lt = [None] * Q
+    GL = [None] * Q
+    GL[0] = d * d
+    for q in range(Q):
+        if q == 0:
+            Lt[0] = d
+        else:
+            prev = facs[q - 1]
+            if q == 1:
+                Lt[1] = np.ascontiguousarray(prev.dense.T * d[None, :])
+                GL[1] = prev.tmul(GL[0][:, None] * prev.dense)
+            else:
+                Lt[q] = prev.tmul(Lt[q - 1])
+                GL[q] = prev.tmul(prev.tmul(GL[q - 1]).T)
+    Tt = None  # (A Rᵀ)ᵀ, c_q × K
+    GR = None  # R Rᵀ (None: identity)
+    for q in range(Q - 1, -1, -1):
+        fac = facs[q]
+        if q == Q - 1:
+            C = _lmul(Lt[q], st.A) if q == 0 else Lt[q] @ st.A
+        else:
+            C = Lt[q][:, None] * Tt.T if q == 0 else Lt[q] @ Tt.T
+        rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q])
+        if GR is None:
+            rhoR = 1.0
+        else:
+            rhoR, st.vR[q] = _top_eig(GR, st.vR[q])
+        c = _STEP_MARGIN * lam * lam * rhoL * rhoR
+        if c > 0.0:
+            SGR = fac.dense if GR is None else fac.mul(GR)
+            grad = lam * lam * _lmul(GL[q], SGR) - lam * C
+            if guard and st.feasible[q]:
+                fac = facs[q] = _guarded_update(st, q, fac, grad, c, C, GL[q], GR)
+            else:
+                fac = facs[q] = _Factor(_project(st.constraints[q], fac.dense - grad / c))
+                st.feasible[q] = True
+                if guard:
+                    st.f = _objective(st, C, GL[q], GR, fac)[0]
+        elif not st.feasible[q]:
+            # λ·L or R is zero: the objective does not depend on this factor
+            fac = facs[q] = _Factor(_project(st.constraints[q], fac.dense))
+            st.feasible[q] = True
+        if q > 0:
+            # fold the (new) factor into the right part for factor q − 1
+            if GR is None:
+                Tt = fac.mul(st.At)
+                GR = fac.mul(np.ascontiguousarray(fac.dense.T))
+            else:
+                Tt = fac.mul(Tt)
+                GR = fac.mul(np.ascontiguousarray(fac.mul(GR).T))
+    # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
+    f0, lin, quad = _objective(st, C, GL[0], GR, facs[0])
+    if quad > 0.0:
+        st.lam = lin / quad
+        st.f = max(st.normA2 - lin * lin / quad, 0.0)
+    else:
+        st.f = f0
+    return math.sqrt(max(st.f, 0.0))
+
+
+def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard):
+    """Core loop shared with the hierarchical solver; returns (mats, lam, errors)."""
+    st = _State(A, d, constraints, mats, lam, safeguard)
+    errors = [math.sqrt(st.f)]
+    for t in range(1, n_iter + 1):
+        err = _sweep(st, guard=safeguard)
+        errors.append(err)
+        if callback is not None:
+            callback(t, err)
+        prev = errors[-2]
+        if err == 0.0 or (prev > 0 and abs(prev - err) <= tol * prev):
+            break
+    mats = [f.dense for f in st.facs]
+    if len(errors) > 1:
+        errors[-1] = _exact_error(A, d, mats, st.lam)
+    return mats, st.lam, np.asarray(errors)
+
+
+def _result(mats, lam, errors, dtype):
+    csr = [sp.csr_matrix(M.astype(dtype)) for M in mats]
+    return Palm4MSAResult(
+        factors=SparseFactors(csr, lam=float(lam)),
+        lam=float(lam),
+        errors=errors,
+        n_iter=len(errors) - 1,
+    )
+
+
+def palm4msa(
+    A,
+    shapes_or_constraints=None,
+    *,
+    n_iter=300,
+    tol=1e-6,
+    init=None,
+    fixed_left=None,
+    lam_init=None,
+    callback=None,
+    safeguard=True,
+):
+    """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ`` (palm4MSA).
+
+    Parameters
+    ----------
+    A : array-like of shape (K, D)
+        Target, finite.  Computation is in float64; the factors are returned
+        in A's float dtype (float64 for integer input).
+    shapes_or_constraints : None or list of (rows, cols) / projection objects
+        One entry per factor, chaining from K rows to D columns.  None: the
+        QuicK-means layout :func:`default_constraints` (``Splincol(5)``).  A
+        bare shape means ``Splincol(min(5, min(shape)))``.
+    n_iter : int >= 0, default 300
+        Maximum number of iterations (sweeps over all factors).
+    tol : float >= 0, default 1e-6
+        Stop when ``|e_{t-1} − e_t| <= tol · e_{t-1}`` (relative change of the
+        error), or when the error is 0.
+    init : None, Palm4MSAResult, SparseFactors or list of arrays
+        Warm start.  None: ``S1 = 0``, every other factor the (rectangular)
+        identity, λ = 1 (Le Magoarou & Gribonval 2016).  The factors are
+        rescaled to unit norm with the scale moved into λ, so the starting
+        operator is exactly ``λ_init · Π init``.
+    fixed_left : None or array-like of shape (K,)
+        Diagonal of a fixed left factor F0 (zeros allowed: empty clusters).
+    lam_init : float or None
+        Starting λ; default: ``init``'s ``lam`` (1 for arrays or no init).
+    callback : callable ``callback(t, error)`` or None
+        Called after every iteration ``t >= 1`` with ``errors[t]``.
+    safeguard : bool, default True
+        Refuse a factor update that would increase the objective: the step
+        constant ``c`` is doubled (at most twice) and, if the objective still
+        increases, the previous factor is kept.  With it the objective never
+        increases, also for the ``Splincol`` heuristic, which is not an exact
+        projection.  False: plain PALM (for comparison).
+
+    Returns
+    -------
+    Palm4MSAResult
+        ``factors`` excludes ``fixed_left``; ``factors.lam == lam``.
+
+    Notes
+    -----
+    Iteration (Algorithm 2): for ``q = Q, …, 1``: ``S_q ← P_q(S_q − ∇/c)`` with
+    ``c = 1.001·λ²·‖L‖₂²·‖R‖₂²``; then ``λ ← ⟨A, Â⟩ / ‖Â‖²``.  The spectral
+    norms are Rayleigh quotients of power iterations on ``LᵀL`` and ``RRᵀ``
+    (small r×r / c×c matrices), warm-started across iterations; they are lower
+    bounds, and the safeguard is what guarantees descent.
+
+    References
+    ----------
+    Le Magoarou & Gribonval (2016), Algorithm 2 (palm4MSA); Giffon et al.,
+    QuicK-means, Appendix A, Algorithm 2.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> res = palm4msa(rng.standard_normal((16, 64)), n_iter=50)
+    >>> len(res.factors.factors), res.errors[-1] <= res.errors[0]
+    (6, True)
+    """
+    A64, dtype = _check_target(A, "palm4msa")
+    K, D = A64.shape
+    constraints = _as_constraints(shapes_or_constraints, K, D, "palm4msa")
+    n_iter = _check_int(n_iter, "n_iter", "palm4msa", 0)
+    _check_tol_lam(tol, lam_init, "palm4msa")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"The 'callback' parameter of palm4msa must be callable or None. Got {callback!r}.")
+    d = _check_fixed_left(fixed_left, K, "palm4msa")
+    mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
+    mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard))
+    return _result(mats, lam, errors, dtype)
