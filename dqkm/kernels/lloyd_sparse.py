@@ -24,13 +24,13 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-__all__ = ["lloyd_partials_csr", "assign_labels_csr", "label_moments", "merge_label_moments",
+__all__ = ["as_csr", "lloyd_partials_csr", "assign_labels_csr", "label_moments", "merge_label_moments",
            "csr_row_norms"]
 
 
 @njit(nogil=True, cache=True)
-def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, row_norms, sums, counts,
-                    labels, mind, with_sums):  # OUT sums, counts, labels, mind
+def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, argmin_norms, row_norms, sums,
+                    counts, labels, mind, with_sums, round32):  # OUT sums, counts, labels, mind
     n = indptr.shape[0] - 1
     k = ct.shape[1]
     g = np.empty(k, dtype=np.float64)
@@ -45,12 +45,13 @@ def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, row_norms, sums, co
         best = np.inf
         arg = 0
         for c in range(k):
-            val = center_norms[c] - 2.0 * g[c]
+            gc = np.float64(np.float32(g[c])) if round32 else g[c]
+            val = argmin_norms[c] - 2.0 * gc
             if val < best:
                 best = val
                 arg = c
         labels[i] = arg
-        dist = row_norms[i] + best
+        dist = row_norms[i] + center_norms[arg] - 2.0 * g[arg]
         if dist < 0.0:
             dist = 0.0
         mind[i] = dist
@@ -60,6 +61,20 @@ def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, row_norms, sums, co
             for p in range(indptr[i], indptr[i + 1]):
                 sums[arg, indices[p]] += data[p]
     return objective
+
+
+def as_csr(block, owner="dqkm"):
+    """One chunk as CSR: dense and CSR chunks as they are, COO converted.
+
+    Any other sparse format raises a ``TypeError`` that says how to convert.
+    """
+    if not sp.issparse(block) or block.format == "csr":
+        return block
+    if block.format == "coo":
+        return block.tocsr()
+    raise TypeError(f"{owner} accepts scipy.sparse data in CSR format (COO is converted); got "
+                    f"format {block.format!r}. Convert it with X.tocsr() (for a Dask array: "
+                    "X.map_blocks(lambda b: b.tocsr())).")
 
 
 def csr_row_norms(X):
@@ -78,6 +93,7 @@ def _prepare(X, centers):
         raise ValueError(f"X of shape {X.shape} and centers of shape {centers.shape} do not "
                          "share a number of features.")
     data = X.data if X.data.dtype == dtype else X.data.astype(dtype)
+    centers = centers.astype(dtype, copy=False)
     ct = np.ascontiguousarray(centers.T, dtype=np.float64)
     c_norms = np.einsum("ij,ij->i", centers, centers, dtype=np.float64)
     return data, X.indices, X.indptr, ct, c_norms
@@ -94,8 +110,13 @@ def _run(X, centers, with_sums):
     if n == 0:
         return np.zeros((k, d)), counts, 0.0, labels, mind
     rn = _row_norms_from(data, indptr, n)
-    obj = _csr_lloyd_loop(data, indices, indptr, ct, c_norms, rn, sums, counts, labels, mind,
-                          with_sums)
+    # The argmin uses ‖c‖² and x·c rounded to X's dtype, as the dense kernel's
+    # GEMM does, so that ties (frequent with disjoint sparse supports, where
+    # x·c = 0 exactly) break the same way; the objective uses float64.
+    round32 = data.dtype == np.float32
+    argmin_norms = c_norms.astype(data.dtype).astype(np.float64)
+    obj = _csr_lloyd_loop(data, indices, indptr, ct, c_norms, argmin_norms, rn, sums, counts,
+                          labels, mind, with_sums, round32)
     return sums, counts, float(obj), labels, mind
 
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials
+from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, lloyd_partials_csr
 from .engine import broadcast, compute, map_blocks_reduce
 
 logger = logging.getLogger(__name__)
@@ -24,7 +26,32 @@ __all__ = ["LloydResult", "lloyd", "lloyd_pass", "assign", "inertia", "sample_ro
 
 
 # --------------------------------------------------------------------------- chunk level
+# Blocks may be dense or scipy.sparse (CSR, COO converted): these dispatch.
+def _partials(block, centers):
+    if sp.issparse(block):
+        return lloyd_partials_csr(as_csr(block, "KMeans"), centers)
+    return lloyd_partials(block, centers)
+
+
+def _assign(block, centers):
+    if sp.issparse(block):
+        return assign_labels_csr(as_csr(block, "KMeans"), centers)
+    return assign_labels(block, centers)
+
+
+def _dense(a):
+    return a.toarray() if sp.issparse(a) else np.asarray(a)
+
+
 def _moments(block):
+    if sp.issparse(block):
+        b = as_csr(block, "KMeans").astype(np.float64)
+        n = b.shape[0]
+        if n == 0:
+            return (0, np.zeros(b.shape[1]), np.zeros(b.shape[1]))
+        mean = np.asarray(b.sum(axis=0)).ravel() / n
+        sq = np.asarray(b.multiply(b).sum(axis=0)).ravel()
+        return (n, mean, np.maximum(sq - n * mean**2, 0.0))
     b = np.asarray(block, dtype=np.float64)
     n = b.shape[0]
     if n == 0:
@@ -50,11 +77,12 @@ def _merge_moments(a, b):
 
 
 def _nonfinite_kind(block):
-    return "NaN" if np.isnan(np.asarray(block)).any() else "infinity"
+    values = block.data if sp.issparse(block) else np.asarray(block)
+    return "NaN" if np.isnan(values).any() else "infinity"
 
 
 def _lloyd_chunk(block, centers, with_moments):
-    sums, counts, obj, _, _ = lloyd_partials(block, centers)
+    sums, counts, obj, _, _ = _partials(block, centers)
     # A non-finite value in X makes its row's exact distance non-finite, so the
     # objective doubles as the finiteness check: no extra pass over X.
     bad = None if np.isfinite(obj) else _nonfinite_kind(block)
@@ -183,7 +211,7 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
 
 # --------------------------------------------------------------------------- assignment
 def _assign_block(block, centers):
-    labels, _ = assign_labels(block, centers)
+    labels, _ = _assign(block, centers)
     return labels
 
 
@@ -195,7 +223,7 @@ def assign(X, centers):
 
 
 def _mind_block(block, centers):
-    _, mind = assign_labels(block, centers)
+    _, mind = _assign(block, centers)
     return mind
 
 
@@ -207,7 +235,7 @@ def min_sq_distances(X, centers):
 
 
 def _inertia_chunk(block, centers):
-    _, mind = assign_labels(block, centers)
+    _, mind = _assign(block, centers)
     s = float(mind.sum())
     return (s, None if np.isfinite(s) else _nonfinite_kind(block))
 
@@ -232,9 +260,9 @@ def sample_rows(X, n, rng):
     """``n`` distinct rows of X drawn uniformly (one pass over the chunks touched)."""
     N = X.shape[0]
     if n >= N:
-        return np.asarray(compute(X, n_tasks=X.numblocks[0])[0])
+        return _dense(compute(X, n_tasks=X.numblocks[0])[0])
     idx = np.sort(rng.choice(N, size=n, replace=False))
-    return np.asarray(compute(X[idx], n_tasks=X.numblocks[0])[0])
+    return _dense(compute(X[idx], n_tasks=X.numblocks[0])[0])
 
 
 def data_moments(X, *, split_every=None):
@@ -261,8 +289,7 @@ def _kmp_round_chunk(block, candidates, ell, top, seed, rnd, index, offset):
     φ/ℓ.  If a chunk's whole top list passes the threshold it may have more
     rows to give; the driver then re-reads that chunk alone.
     """
-    block = np.asarray(block)
-    _, mind = assign_labels(block, candidates)
+    _, mind = _assign(block, candidates)
     phi = float(mind.sum())
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
     u = rng.random(block.shape[0])
@@ -271,7 +298,7 @@ def _kmp_round_chunk(block, candidates, ell, top, seed, rnd, index, offset):
         sel = np.argpartition(-keys, top - 1)[:top]
     else:
         sel = np.arange(keys.size)
-    return {"phi": phi, "parts": [(index, keys[sel], block[sel], mind[sel].sum())],
+    return {"phi": phi, "parts": [(index, keys[sel], _dense(block[sel]), mind[sel].sum())],
             "bad": None if np.isfinite(phi) else _nonfinite_kind(block)}
 
 
@@ -282,7 +309,7 @@ def _kmp_combine(parts):
 
 
 def _count_nearest_chunk(block, candidates):
-    labels, _ = assign_labels(block, candidates)
+    labels, _ = _assign(block, candidates)
     return np.bincount(labels, minlength=candidates.shape[0]).astype(np.int64)
 
 
@@ -301,7 +328,8 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
     ell = oversampling_factor * n_clusters
     seed = int(rng.integers(2**63 - 1))
     N = X.shape[0]
-    cand = np.asarray(compute(X[int(rng.integers(N))][None, :])[0], dtype=X.dtype)
+    first = int(rng.integers(N))
+    cand = _dense(compute(X[first:first + 1])[0]).astype(X.dtype)
     top = int(np.ceil(2 * ell)) + 16
     for rnd in range(n_rounds):
         c = broadcast(np.ascontiguousarray(cand), "candidates")
@@ -320,11 +348,11 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
             keep = keys > thresh
             if keep.all() and keys.size == top:
                 # the chunk may hold more rows above the threshold: take them all
-                block = np.asarray(compute(X.blocks[index])[0])
-                _, mind = assign_labels(block, cand)
+                block = compute(X.blocks[index])[0]
+                _, mind = _assign(block, cand)
                 rg = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
                 u = rg.random(block.shape[0])
-                new.append(block[mind / np.maximum(u, 1e-300) > thresh])
+                new.append(_dense(block[mind / np.maximum(u, 1e-300) > thresh]))
             else:
                 new.append(rows[keep])
         new = [r for r in new if len(r)]

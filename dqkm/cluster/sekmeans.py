@@ -1,0 +1,272 @@
+"""Sparse-embedded K-means (SE) and random-projection K-means (RP)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ..kernels.embedding import draw_dense_embedding, draw_sparse_embedding
+from ..parallel.embedding import embed, embed_assign, original_space_moments
+from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
+from ._base import DqkmClusterer, check_param, is_lazy
+from .kmeans import KMeans
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SparseEmbeddedKMeans", "default_n_components"]
+
+# ε and δ of the default target dimension (Liu et al. 2017, Theorem 1).
+DEFAULT_EPS = 0.5
+DEFAULT_DELTA = 0.1
+_EMBEDDINGS = {"sparse", "dense"}
+
+
+def default_n_components(n_clusters, n_features, eps=DEFAULT_EPS, delta=DEFAULT_DELTA):
+    """``⌈max((k + log₂(1/δ))/ε², 6/(ε²δ))⌉``, clipped to ``[k, n_features]``.
+
+    The constant hidden in the paper's O(·) is taken as 1; with the defaults
+    ε = 0.5, δ = 0.1 this is ``max(4(k + 3.32), 240)``.
+    """
+    d = math.ceil(max((n_clusters + math.log2(1.0 / delta)) / eps**2, 6.0 / (eps**2 * delta)))
+    return int(max(n_clusters, min(d, n_features)))
+
+
+class SparseEmbeddedKMeans(DqkmClusterer):
+    """K-means on a random low-dimensional embedding of X (SE, or the RP baseline).
+
+    ``embedding='sparse'`` (SE, Liu, Shen & Tsang 2017, Algorithm 1) embeds
+    ``X̂ = X·Q·Φ``: Q = diag(±1) Rademacher signs, Φ the d×d̃ hashing matrix
+    of a uniform hash h: [d] → [d̃].  Each chunk is embedded in
+    O(nnz(chunk)) — column j of X is added, times its sign, into column h(j)
+    — and the d×d̃ matrix is never formed.  ``embedding='dense'`` is the RP
+    method of Boutsidis et al. (2015): ``X̂ = X·R`` with i.i.d. ±1/√d̃
+    entries, one GEMM per chunk.  K-means (``dqkm.KMeans``) then runs on the
+    dense n×d̃ X̂; the centers in the original space are the means of the
+    original rows of each embedded cluster (one more pass over X).
+
+    X may be dense (NumPy / Dask / Zarr) or sparse: a ``scipy.sparse`` CSR
+    or COO matrix, or a Dask array of CSR row chunks (see :mod:`dqkm.sparse`).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    n_components : 'auto' or int, default='auto'
+        The target dimension d̃.  'auto': ``⌈max((k + log₂(1/δ))/ε²,
+        6/(ε²δ))⌉`` with ε = 0.5 and δ = 0.1 (Theorem 1, constant 1),
+        clipped to ``[n_clusters, n_features]``.  An int must be at least
+        ``n_clusters``, and at most ``n_features`` for ``'dense'``.
+    embedding : {'sparse', 'dense'}, default='sparse'
+        'sparse': SE (hash and signs); 'dense': RP (±1/√d̃ matrix).
+    kmeans : dict or None, default=None
+        Parameters of the :class:`dqkm.KMeans` run in the embedded space
+        (``init``, ``n_init``, ``max_iter``, ``tol``, ``persist``,
+        ``split_every``, …; not ``n_clusters``).  Its ``random_state``
+        defaults to one derived from ``random_state``; ``split_every`` is
+        also used for the pass back to the original space.
+    random_state : int, RandomState instance or None
+        Seeds the embedding and, unless given in ``kmeans``, the K-means run.
+
+    Attributes
+    ----------
+    embedding_ : SparseEmbedding or DenseEmbedding
+        SE: ``hash`` (int64, shape (n_features,)) and ``signs`` (±1.0, shape
+        (n_features,)); RP: ``matrix`` of shape (n_features, n_components).
+    n_components_ : int
+    embedded_centers_ : ndarray of shape (n_clusters, n_components)
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Means of the original rows of each cluster (zero for a cluster that
+        ends empty, listed in ``empty_clusters_``).
+    labels_ : ndarray of shape (n_samples,) or Dask array (lazy, aligned with X)
+    inertia_ : float
+        ``‖X − D̂D̂ᵀX‖²_F``: the K-means cost, in the original space, of the
+        partition found in the embedded space (exact, float64).
+    embedded_inertia_ : float
+        The embedded K-means's inertia (cost of the partition on X̂).
+    n_iter_ : int
+    history_ : list of dict
+        The embedded K-means's history (``objective``, ``shift``,
+        ``seconds``, ``empty_clusters`` per iteration).
+    empty_clusters_ : list of int
+    kmeans_ : dqkm.KMeans
+        The fitted K-means on X̂.
+    n_features_in_ : int
+
+    References
+    ----------
+    Liu, Shen & Tsang (2017), Sparse Embedded k-Means Clustering, NeurIPS,
+    Algorithm 1 and Theorem 1.
+    Boutsidis, Zouzias, Mahoney & Drineas (2015), Randomized dimensionality
+    reduction for k-means clustering, IEEE Trans. Inf. Theory 61(2).
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.vstack([rng.normal(0, 1, (50, 300)), rng.normal(6, 1, (50, 300))])
+    >>> se = dqkm.SparseEmbeddedKMeans(2, n_components=32, random_state=0).fit(X)
+    >>> se.embedded_centers_.shape, se.cluster_centers_.shape
+    ((2, 32), (2, 300))
+    >>> len(set(se.labels_[:50])), len(set(se.labels_[50:]))
+    (1, 1)
+    """
+
+    def __init__(self, n_clusters=8, *, n_components="auto", embedding="sparse", kmeans=None,
+                 random_state=None):
+        self.n_clusters = n_clusters
+        self.n_components = n_components
+        self.embedding = embedding
+        self.kmeans = kmeans
+        self.random_state = random_state
+
+    # ------------------------------------------------------------- validation
+    def _validate_X(self, X, *, reset):
+        """Dense input as in :class:`DqkmClusterer`; sparse input stays CSR-chunked."""
+        owner = type(self).__name__
+        if sp.issparse(X):
+            if not reset:
+                check_is_fitted(self)
+            X = check_sparse(X, owner)
+            Xc = validate_data(self, X, reset=reset, accept_sparse="csr",
+                               dtype=[np.float64, np.float32], ensure_min_samples=1)
+            return sparse_to_dask(Xc), False
+        if is_lazy(X) and is_sparse_dask(X):
+            Xd = check_sparse(X, owner)
+            if Xd.ndim != 2:
+                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
+            if Xd.numblocks[1] != 1:
+                Xd = Xd.rechunk({1: -1})
+            if Xd.dtype.kind not in "fiub":
+                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+            if reset:
+                self.n_features_in_ = Xd.shape[1]
+            else:
+                check_is_fitted(self)
+                if Xd.shape[1] != self.n_features_in_:
+                    raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
+                                     f"{self.n_features_in_} features as input.")
+            return Xd, True
+        return super()._validate_X(X, reset=reset)
+
+    def _check_params(self, n_samples, n_features):
+        owner = type(self).__name__
+        check_param("n_clusters", self.n_clusters, owner, low=1)
+        if self.n_clusters > n_samples:
+            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
+        check_param("embedding", self.embedding, owner, kind=None, options=_EMBEDDINGS)
+        if isinstance(self.n_components, str) and self.n_components == "auto":
+            d = default_n_components(self.n_clusters, n_features)
+            if self.embedding == "dense" and d > n_features:
+                raise ValueError(f"The 'n_components' parameter of {owner} must be an int in "
+                                 f"the range [n_clusters, n_features] = [{self.n_clusters}, "
+                                 f"{n_features}] for embedding='dense'; n_clusters exceeds "
+                                 "n_features.")
+        else:
+            d = self._check_n_components(n_features)
+        kmeans = {} if self.kmeans is None else self.kmeans
+        if not isinstance(kmeans, dict):
+            raise TypeError(f"The 'kmeans' parameter of {owner} must be a dict of dqkm.KMeans "
+                            f"parameters or None. Got {type(kmeans).__name__} instead.")
+        allowed = set(KMeans().get_params()) - {"n_clusters"}
+        bad = sorted(set(kmeans) - allowed)
+        if bad:
+            raise ValueError(f"The 'kmeans' parameter of {owner} got unknown dqkm.KMeans "
+                             f"parameters {bad}; allowed: {sorted(allowed)} (n_clusters is "
+                             f"{owner}'s own).")
+        return d, dict(kmeans)
+
+    def _check_n_components(self, n_features):
+        c = self.n_components
+        dense = self.embedding == "dense"
+        ok = isinstance(c, (int, np.integer)) and not isinstance(c, bool)
+        if ok and self.n_clusters <= c and (not dense or c <= n_features):
+            return int(c)
+        if dense:
+            what = f"[n_clusters, n_features] = [{self.n_clusters}, {n_features}]"
+        else:
+            what = f"[n_clusters, inf) = [{self.n_clusters}, inf)"
+        err = ValueError if ok or isinstance(c, (float, str)) else TypeError
+        raise err(f"The 'n_components' parameter of {type(self).__name__} must be 'auto' or an "
+                  f"int in the range {what} for embedding={self.embedding!r}. Got {c!r} "
+                  "instead.")
+
+    # ---------------------------------------------------------------- fitting
+    def fit(self, X, y=None):
+        """Embed X, run K-means on the embedding, map the clusters back.
+
+        Passes over X: the embedded K-means's passes over X̂ (X̂ computed
+        once and persisted when it fits in memory, ``kmeans['persist']``),
+        plus one pass for the original-space centers and cost, plus one for
+        ``labels_`` when X is in memory.
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse (CSR/COO), Dask array (dense or CSR chunks)
+            or Zarr array, of shape (n_samples, n_features)
+        y : ignored
+
+        Returns
+        -------
+        self
+        """
+        Xd, lazy = self._validate_X(X, reset=True)
+        d, km_params = self._check_params(Xd.shape[0], Xd.shape[1])
+        rs = check_random_state(self.random_state)
+        root = np.random.SeedSequence(int(rs.randint(2**31 - 1)))
+        emb_seed, km_seed = root.spawn(2)
+        if self.embedding == "sparse":
+            emb = draw_sparse_embedding(Xd.shape[1], d, emb_seed)
+        else:
+            emb = draw_dense_embedding(Xd.shape[1], d, emb_seed, dtype=Xd.dtype)
+        km_params.setdefault("random_state", int(km_seed.generate_state(1)[0] >> 1))
+        Xh = embed(Xd, emb)
+        km = KMeans(self.n_clusters, **km_params).fit(Xh)
+        counts, means, m2 = original_space_moments(Xd, emb, km.cluster_centers_,
+                                                   split_every=km_params.get("split_every"))
+        self.embedding_ = emb
+        self.n_components_ = d
+        self.kmeans_ = km
+        self.embedded_centers_ = km.cluster_centers_
+        self.cluster_centers_ = means.astype(Xd.dtype)
+        self.inertia_ = float(m2.sum())
+        self.embedded_inertia_ = float(km.inertia_)
+        self.empty_clusters_ = np.flatnonzero(counts == 0).tolist()
+        self.n_iter_ = km.n_iter_
+        self.history_ = km.history_
+        self.labels_ = self._output(embed_assign(Xd, emb, km.cluster_centers_), lazy)
+        logger.info("SparseEmbeddedKMeans(%s, d̃=%d): inertia %.6g (embedded %.6g)",
+                    self.embedding, d, self.inertia_, self.embedded_inertia_)
+        return self
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).labels_
+
+    # ------------------------------------------------------------- inference
+    def transform(self, X):
+        """The embedding ``X·Q·Φ`` (SE) or ``X·R`` (RP), shape (n_samples, n_components)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(embed(Xd, self.embedding_), lazy)
+
+    def predict(self, X):
+        """Embed X, then the index of the nearest embedded center of each sample."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        centers = self.embedded_centers_
+        return self._output(embed_assign(Xd, self.embedding_, centers), lazy)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "embedded_centers_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    @property
+    def _n_features_out(self):
+        return self.n_components_

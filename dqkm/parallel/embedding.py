@@ -1,0 +1,100 @@
+"""Blockwise random embeddings (SE / RP) and the pass back to the original space.
+
+* :func:`embed` — the lazy n×d̃ embedding of X, one task per row chunk; the
+  embedding (two length-d vectors for SE, the d×d̃ matrix for RP) is one
+  graph key that every block depends on.
+* :func:`original_space_moments` — one pass over X that embeds each chunk,
+  assigns its rows to the embedded centers, and returns the per-cluster
+  counts, means and within-cluster sums of squares *in the original space*,
+  tree-reduced by Chan et al.'s pairwise rule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.embedding import embed_chunk
+from ..kernels.lloyd import assign_labels
+from ..kernels.lloyd_sparse import as_csr, label_moments, merge_label_moments
+from .engine import broadcast, compute, map_blocks_reduce
+
+__all__ = ["embed", "embed_assign", "original_space_moments"]
+
+
+def _embed_block(block, emb):
+    return embed_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb)
+
+
+def embed(X, emb, dtype=None):
+    """Lazy ``X·Q·Φ`` (SE) or ``X·R`` (RP), a dense Dask array aligned with X's rows.
+
+    Parameters
+    ----------
+    X : dask array of shape (n_samples, n_features), dense or CSR chunks
+    emb : SparseEmbedding or DenseEmbedding
+    dtype : float32 or float64, optional
+        The output dtype (default X's float dtype).
+
+    Returns
+    -------
+    dask array of shape (n_samples, n_components)
+
+    Memory per task: one chunk of X and its n_rows × d̃ image; O(nnz(chunk))
+    work for SE, a GEMM for RP.
+    """
+    dtype = np.dtype(dtype or (X.dtype if X.dtype in (np.float32, np.float64) else np.float64))
+    e = broadcast(emb, "embedding")
+    out = X.map_blocks(_embed_block, e, chunks=(X.chunks[0], (emb.n_components,)),
+                       dtype=dtype, meta=np.empty((0, 0), dtype), token="dqkm-embed")
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def _assign_block(block, emb, centers):
+    labels, _ = assign_labels(_embed_block(block, emb), centers)
+    return labels
+
+
+def embed_assign(X, emb, embedded_centers):
+    """Lazy labels: embed every chunk and assign it to the nearest embedded center."""
+    e = broadcast(emb, "embedding")
+    c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
+    return X.map_blocks(_assign_block, e, c, drop_axis=1, dtype=np.int32,
+                        meta=np.empty((0,), np.int32), token="dqkm-embed-assign")
+
+
+def _moments_chunk(block, emb, centers):
+    block = as_csr(block, "SparseEmbeddedKMeans")
+    Xh = embed_chunk(block, emb).astype(centers.dtype, copy=False)
+    labels, _ = assign_labels(Xh, centers)
+    return label_moments(block, labels, centers.shape[0])
+
+
+def _moments_combine(parts):
+    out = parts[0]
+    for p in parts[1:]:
+        out = merge_label_moments(out, p)
+    return out
+
+
+def original_space_moments(X, emb, embedded_centers, *, split_every=None):
+    """Per-cluster statistics in the original space of the embedded partition (one pass).
+
+    Each chunk is embedded, its rows labelled by the nearest embedded center,
+    and its (count, mean, Σ‖x − mean‖²) per cluster computed on the
+    original rows; partials merge by Chan et al.'s rule, so the result is the
+    exact means and K-means cost ``‖X − D̂D̂ᵀX‖²_F`` of the partition.
+
+    Returns
+    -------
+    counts : ndarray of shape (n_clusters,), int64
+    means : ndarray of shape (n_clusters, n_features), float64
+    m2 : ndarray of shape (n_clusters,), float64
+
+    Memory per worker: a few chunks plus K×d float64 partials.
+    """
+    e = broadcast(emb, "embedding")
+    c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
+    d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c),
+                          split_every=split_every, name="se-moments")
+    (res,) = compute(d, n_tasks=X.numblocks[0])
+    return res
