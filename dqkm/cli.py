@@ -140,7 +140,12 @@ def cmd_fit(args):
     with _scheduler(args), _progress(args):
         X = as_dask_array(args.data)
         t0 = time.perf_counter()
-        model.fit(X)
+        fit_kw = {}
+        if args.checkpoint:
+            fit_kw = {"checkpoint": args.checkpoint, "resume": args.resume}
+        elif args.resume:
+            raise CLIError("--resume needs --checkpoint PATH.")
+        model.fit(X, **fit_kw)
         seconds = time.perf_counter() - t0
         save(model, args.out, overwrite=args.overwrite)
     inertia = getattr(model, "inertia_", float("nan"))
@@ -255,6 +260,10 @@ def build_parser():
     f.add_argument("--persist", choices=["auto", "true", "false"], default=None)
     f.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="any other estimator parameter (JSON value), repeatable")
+    f.add_argument("--checkpoint", metavar="DIR",
+                   help="write the driver state there after every iteration")
+    f.add_argument("--resume", action="store_true",
+                   help="continue from --checkpoint if it holds a state")
     f.add_argument("--out", required=True, help="model path (.zarr or .npz)")
     f.add_argument("--overwrite", action="store_true")
     _add_scheduler_args(f)

@@ -85,3 +85,17 @@ def test_report_prints_history_and_plots(store):
     assert (d / "h.png").stat().st_size > 1000
     p = run("report", d / "mr.zarr", "--plot", d / "h.png", check=False)
     assert p.returncode == 2 and "already exists" in p.stderr
+
+
+def test_fit_with_checkpoint_and_resume(store):
+    d = store
+    base = ["fit", "--n-clusters", 4, d / "data.zarr", "--no-progress", "--param", "tol=0",
+            "--param", "init=\"random\"", "--max-iter", 6]
+    run(*base, "--out", d / "ref.npz")
+    run(*base, "--out", d / "ck.npz", "--checkpoint", d / "ck")
+    assert (d / "ck" / "latest.json").exists()
+    run(*base, "--out", d / "resumed.npz", "--checkpoint", d / "ck", "--resume")
+    ref, resumed = io.load(d / "ref.npz"), io.load(d / "resumed.npz")
+    np.testing.assert_array_equal(ref.cluster_centers_, resumed.cluster_centers_)
+    p = run(*base, "--out", d / "x.npz", "--resume", check=False)
+    assert p.returncode == 2 and "--resume needs --checkpoint" in p.stderr
