@@ -629,7 +629,7 @@ def palm4msa(
     --------
     >>> rng = np.random.default_rng(0)
     >>> res = palm4msa(rng.standard_normal((16, 64)), n_iter=50)
-    >>> len(res.factors.factors), res.errors[-1] <= res.errors[0]
+    >>> len(res.factors.factors), bool(res.errors[-1] <= res.errors[0])
     (6, True)
     """
     A64, dtype = _check_target(A, "palm4msa")
