@@ -111,7 +111,7 @@ def main(argv=None):
         results[name] = (t_q, t_pred, recall)
         rows.append((f"ClusterIndex({name})", nq / t_q, recall, model_flops(model)))
     print()
-    print(f"| method | queries / s | recall@1 | flops of the assignment |")
+    print("| method | queries / s | recall@1 | flops of the assignment |")
     print("|---|---|---|---|")
     for name, qps, rec, fl in rows:
         print(f"| {name} | {qps:,.0f} | {rec:.3f} | {fl:,} |")

@@ -5,11 +5,12 @@ Journal version (Machine Learning 2021), Sects. 4.5–4.6 and Table 4; preprint
 Sects. 4.3–4.4 (blobs: D = 2000, K ∈ {128, 256, 512}, 29,000 training points).
 
     .venv/bin/python examples/reproduce_applications.py --quick   # digits + blobs K=128, 2 seeds
-    .venv/bin/python examples/reproduce_applications.py           # digits, breast cancer, blobs ×3 K, 5 seeds
+    .venv/bin/python examples/reproduce_applications.py   # + breast cancer, blobs K=256, 512; 5 seeds
 
 For every data set and seed:
 * train/test split (digits, breast cancer: 80/20 stratified, by the seed;
-  blobs: 29,000 + 1,000 points of ``--blob-centers`` Gaussian blobs, std 12);
+  blobs: 29,000 + 1,000 points of ``--blob-centers`` Gaussian blobs, std 12 — 1000
+  blobs, 100 with --quick);
 * K-means (dqkm.KMeans, k-means++) and QK-means (dqkm.QKMeans, sparsity 5)
   with K clusters, the same seed;
 * 1-NN accuracy and query time of the test set: ClusterIndex(K-means),
@@ -160,7 +161,10 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="digits and blobs K=128 only, 2 seeds, smaller palm4MSA budgets")
     p.add_argument("--seeds", type=int)
-    p.add_argument("--blob-centers", type=int, default=1000)
+    p.add_argument("--blob-centers", type=int,
+                   help="Gaussian blobs (classes) of the blobs data set (default 1000 as the "
+                        "preprint's Table 2; 100 with --quick: LinearSVC trains one model "
+                        "per class)")
     p.add_argument("--palm-iter", type=int)
     p.add_argument("--palm-iter-init", type=int)
     p.add_argument("--svm-iter", type=int, default=1000)
@@ -168,6 +172,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     n_seeds = a.seeds or (2 if a.quick else 5)
     a.sample = 2000 if a.quick else 5000
+    a.blob_centers = a.blob_centers or (100 if a.quick else 1000)
     a.palm_iter = a.palm_iter or (20 if a.quick else 50)
     a.palm_iter_init = a.palm_iter_init or (50 if a.quick else 300)
     a.qk_missing = qkmeans_available()
