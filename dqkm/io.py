@@ -71,7 +71,18 @@ def _from_zarr(arr, chunks=None) -> da.Array:
 
 
 def load_array(path, component=None, *, chunks=None, storage_options=None) -> da.Array:
-    """A Zarr array (any dtype and ndim) as a lazy Dask array chunked along rows."""
+    """A Zarr array (any dtype and ndim) as a lazy Dask array chunked along rows.
+
+    A CSR group written by :func:`dqkm.sparse.save_csr` comes back as a Dask
+    array of CSR chunks (its own row chunks; ``chunks`` must be None).
+    """
+    from .sparse import is_csr_store, load_csr
+
+    if is_csr_store(path, storage_options):
+        if chunks is not None:
+            raise ValueError("chunks cannot be changed when loading a CSR group; rechunk the "
+                             "returned Dask array instead.")
+        return load_csr(path, storage_options=storage_options)
     return _from_zarr(open_store(path, component, storage_options=storage_options), chunks)
 
 
@@ -80,9 +91,11 @@ def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da
 
     Parameters
     ----------
-    X : ndarray, Dask array, zarr.Array, or str/PathLike
+    X : ndarray, scipy.sparse matrix, Dask array, zarr.Array, or str/PathLike
         A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
-        array or to a group (its array ``component``, default ``"X"``).
+        array, to a group (its array ``component``, default ``"X"``) or to a
+        CSR group (:mod:`dqkm.sparse`).  Sparse input (CSR, COO) stays sparse:
+        a Dask array of CSR chunks.
     chunks : int or tuple, optional
         Rows per chunk.  Default: the store's row chunks, or ~64 MB chunks
         for in-memory data.
@@ -100,8 +113,17 @@ def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da
     TypeError
         Non-numeric data.
     """
+    import scipy.sparse as sp
+
+    from .sparse import check_sparse, sparse_to_dask
+
     if _is_path(X):
         Xd = load_array(X, component, chunks=chunks, storage_options=storage_options)
+    elif sp.issparse(X):
+        Xd = sparse_to_dask(X, chunks)
+    elif isinstance(X, da.Array) and sp.issparse(X._meta):
+        Xd = check_sparse(X, "as_dask_array")
+        Xd = Xd if chunks is None else Xd.rechunk({0: chunks})
     elif type(X).__module__.startswith("zarr"):
         Xd = _from_zarr(X, chunks)
     else:
@@ -223,7 +245,18 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
 
 
 def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None):
-    """Write one array as a Zarr v3 array store (chunk-aligned, atomic)."""
+    """Write one array as a Zarr v3 array store (chunk-aligned, atomic).
+
+    Sparse X (a scipy.sparse matrix or a Dask array of CSR chunks) is written
+    as a CSR group by :func:`dqkm.sparse.save_csr`.
+    """
+    import scipy.sparse as sp
+
+    if sp.issparse(X) or (isinstance(X, da.Array) and sp.issparse(X._meta)):
+        from .sparse import save_csr
+
+        return save_csr(X, path, overwrite=overwrite, attrs=attrs,
+                        storage_options=storage_options)
     with _AtomicTarget(path, overwrite) as t:
         arr = X if isinstance(X, da.Array) else to_dask(np.asarray(X)) if np.ndim(X) == 2 \
             else da.from_array(np.asarray(X), chunks=max(1, min(len(X), 1 << 20)))

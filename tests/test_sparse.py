@@ -181,3 +181,34 @@ def test_make_sparse_blobs_bad_parameters(kw, match):
     args.update(kw)
     with pytest.raises(ValueError, match=match):
         make_sparse_blobs(**args)
+
+
+# ----------------------------------------------------------------------------- dqkm.io
+def test_io_reads_and_writes_csr(tmp_path):
+    from dqkm import datasets, io
+
+    assert datasets.make_sparse_blobs is make_sparse_blobs
+    X = _csr(90, 12, 0.2, np.float32, 3)
+    Xd = io.as_dask_array(X, chunks=40)
+    assert is_sparse_dask(Xd) and Xd.chunks[0] == (40, 40, 10) and Xd.dtype == np.float32
+    assert is_sparse_dask(io.as_dask_array(X.tocoo()))
+    assert io.as_dask_array(Xd) is Xd
+    with pytest.raises(TypeError, match="got format 'csc'"):
+        io.as_dask_array(X.tocsc())
+    io.save_array(Xd, tmp_path / "x.zarr", attrs={"a": 1})
+    assert is_csr_store(tmp_path / "x.zarr")
+    for Y in (io.load_array(tmp_path / "x.zarr"), io.as_dask_array(tmp_path / "x.zarr"),
+              io.as_dask_array(str(tmp_path / "x.zarr"))):
+        assert is_sparse_dask(Y) and Y.chunks == Xd.chunks
+        _same(Y.compute(), X)
+    with pytest.raises(ValueError, match="chunks cannot be changed"):
+        io.load_array(tmp_path / "x.zarr", chunks=10)
+    # in-memory sparse goes the same way; integer data becomes float64
+    io.save_array(sp.csr_matrix(np.eye(5, dtype=np.int64)), tmp_path / "i.zarr")
+    Z = io.as_dask_array(tmp_path / "i.zarr")
+    assert is_sparse_dask(Z) and Z.dtype == np.float64
+    np.testing.assert_array_equal(Z.compute().toarray(), np.eye(5))
+    # dense arrays still go to plain Zarr arrays
+    io.save_array(np.ones((4, 3)), tmp_path / "d.zarr")
+    assert not is_csr_store(tmp_path / "d.zarr")
+    assert not is_sparse_dask(io.load_array(tmp_path / "d.zarr"))
