@@ -15,8 +15,8 @@ import numpy as np
 from .parallel.data import auto_row_chunks
 from .sparse import make_sparse_blobs
 
-__all__ = ["make_blobs", "make_sparse_blobs", "make_moons", "make_circles", "load_digits", "load_breast_cancer",
-           "load_wine", "load_iris"]
+__all__ = ["make_blobs", "make_sparse_blobs", "make_moons", "make_circles", "load_digits",
+           "load_breast_cancer", "load_wine", "load_iris"]
 
 
 def _check_positive_int(name, value, low=1):
