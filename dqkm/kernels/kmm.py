@@ -151,12 +151,30 @@ def project(X, mu, V):
 
 @njit(cache=True, nogil=True, inline="always")
 def _sqdist(X, i, A, j):
+    """‖X[i] − A[j]‖² in float64, four interleaved partial sums (a fixed
+    summation order: the same bits at every call site, and 4 independent
+    dependency chains instead of one)."""
     d = X.shape[1]
-    s = 0.0
-    for k in range(d):
-        t = np.float64(X[i, k]) - A[j, k]
-        s += t * t
-    return s
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    k = 0
+    while k + 4 <= d:
+        t0 = np.float64(X[i, k]) - A[j, k]
+        t1 = np.float64(X[i, k + 1]) - A[j, k + 1]
+        t2 = np.float64(X[i, k + 2]) - A[j, k + 2]
+        t3 = np.float64(X[i, k + 3]) - A[j, k + 3]
+        s0 += t0 * t0
+        s1 += t1 * t1
+        s2 += t2 * t2
+        s3 += t3 * t3
+        k += 4
+    while k < d:
+        t0 = np.float64(X[i, k]) - A[j, k]
+        s0 += t0 * t0
+        k += 1
+    return (s0 + s1) + (s2 + s3)
 
 
 @njit(cache=True, nogil=True, inline="always")
