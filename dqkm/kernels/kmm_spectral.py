@@ -193,31 +193,31 @@ class EigenResult:
     n_naive: int
 
 
-def _top_eigpair(Mk, found_vals, found_vecs, rng):
+def _top_eigpair(Mk, found_vals, found_vecs, rng, cache):
     """Largest eigenpair of ``Mk − Σ λ q qᵀ`` (the deflated block, Alg. 2 line 16).
 
     The paper uses the power method here; this solves the same problem to
-    machine precision (LAPACK for small blocks, Lanczos/ARPACK for large
-    ones), so the result matches the SVD of S̃ and Theorem 4.14's equality
-    does not depend on a power-method tolerance.
+    machine precision, so the result matches the SVD of S̃ and Theorem 4.14's
+    equality does not depend on a power-method tolerance.  Blocks of at most
+    ``DENSE_EIGH_MAX`` prototypes are decomposed once by LAPACK (``cache``) and
+    their eigenpairs served in descending order — the eigenpairs of the
+    deflated block are exactly the remaining ones; larger blocks are deflated
+    explicitly and solved by Lanczos (ARPACK).
     """
     mk = Mk.shape[0]
-    Q = np.array(found_vecs).T if found_vecs else np.zeros((mk, 0))
-    lam = np.array(found_vals)
+    j = len(found_vals)  # eigenpairs of this block already known (≥ 1: Lemma 4.3)
     if mk <= DENSE_EIGH_MAX:
-        B = Mk.toarray() if sp.issparse(Mk) else np.array(Mk, dtype=np.float64)
-        if Q.shape[1]:
-            B = B - (Q * lam) @ Q.T
-        B = 0.5 * (B + B.T)
-        w, v = scipy.linalg.eigh(B, subset_by_index=[mk - 1, mk - 1])
-        return float(w[0]), v[:, 0]
+        if "w" not in cache:
+            B = Mk.toarray() if sp.issparse(Mk) else np.array(Mk, dtype=np.float64)
+            w, v = scipy.linalg.eigh(0.5 * (B + B.T))
+            cache["w"], cache["v"] = w[::-1], v[:, ::-1]
+        return float(cache["w"][j]), cache["v"][:, j]
+    Q = np.array(found_vecs).T
+    lam = np.array(found_vals)
 
     def mv(x):
         x = np.ravel(x)
-        y = Mk @ x
-        if Q.shape[1]:
-            y = y - Q @ (lam * (Q.T @ x))
-        return y
+        return Mk @ x - Q @ (lam * (Q.T @ x))
 
     op = LinearOperator((mk, mk), matvec=mv, dtype=np.float64)
     v0 = rng.standard_normal(mk)
@@ -282,6 +282,7 @@ def block_eigen(M, comps, colsum, n_clusters, rng=None):
         last = np.ones(b)                   # λ_{k, depth}
         delta = np.array([diag[mb].sum() for mb in members]) - 1.0  # δ_{k, depth+1}
         blocks = {}
+        caches = [{} for _ in range(b)]
         while True:
             bound = np.where(depth < size, np.minimum(last, delta), -np.inf)
             k = int(np.argmax(bound))
@@ -294,7 +295,7 @@ def block_eigen(M, comps, colsum, n_clusters, rng=None):
             if k not in blocks:
                 mk = members[k]
                 blocks[k] = M[mk][:, mk]
-            lam, vec = _top_eigpair(blocks[k], found[k][0], found[k][1], rng)
+            lam, vec = _top_eigpair(blocks[k], found[k][0], found[k][1], rng, caches[k])
             lam = max(lam, 0.0)
             n_computed += 1
             found[k][0].append(lam)

@@ -258,3 +258,17 @@ def test_outlier_mask_by_hand():
     # l = 4, θ = 1: row 0 keeps 4, row 1 keeps 1 (< 2: outlier), row 2 keeps 0
     assert outlier_mask(de, 1.0, 4).tolist() == [False, True, True]
     assert outlier_mask(de, 2.0, 4).tolist() == [False, True, False]
+
+
+def test_block_eigen_lanczos_path_equals_eigh(monkeypatch):
+    import dqkm.kernels.kmm_spectral as ks
+
+    monkeypatch.setattr(ks, "DENSE_EIGH_MAX", 5)  # every block through deflated Lanczos
+    rng = np.random.default_rng(11)
+    _, _, _, st, _ = _block_S(rng, 300, 40, 4, 3)
+    cc = components(st.sts, st.colsum)
+    M = prototype_matrix(st.sts, st.colsum)
+    res = block_eigen(M, cc, st.colsum, 7, rng=np.random.default_rng(0))
+    ev = np.linalg.eigvalsh(M.toarray())[::-1]
+    np.testing.assert_allclose(res.values, ev[:7], atol=1e-10)
+    np.testing.assert_allclose(M.toarray() @ res.vectors, res.vectors * res.values, atol=1e-9)
