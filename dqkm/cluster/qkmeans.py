@@ -1,0 +1,271 @@
+"""QuicK-means: K-means whose centroid matrix is a product of sparse factors."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from ..parallel.qkmeans import (QKMeansResult, assign_factors, factor_distances, factor_inertia,
+                                qkmeans)
+from ._base import check_param
+from .kmeans import KMeans
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["QKMeans"]
+
+_INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
+
+
+def _factor_arrays(factors):
+    """The CSR arrays of every factor and λ, for checkpoints and model files."""
+    arrays = {"lam": np.asarray([float(factors.lam)])}
+    for i, S in enumerate(factors.factors):
+        S = S.tocsr()
+        arrays[f"factor{i}_data"] = S.data
+        arrays[f"factor{i}_indices"] = S.indices
+        arrays[f"factor{i}_indptr"] = S.indptr
+        arrays[f"factor{i}_shape"] = np.asarray(S.shape, dtype=np.int64)
+    return arrays
+
+
+def _factors_from_arrays(arrays):
+    import scipy.sparse as sp
+
+    from ..kernels.sparse_factors import SparseFactors
+
+    n = len([k for k in arrays if k.endswith("_shape")])
+    mats = [sp.csr_matrix((arrays[f"factor{i}_data"], arrays[f"factor{i}_indices"],
+                           arrays[f"factor{i}_indptr"]),
+                          shape=tuple(int(v) for v in arrays[f"factor{i}_shape"]))
+            for i in range(n)]
+    return SparseFactors(mats, lam=float(np.asarray(arrays["lam"]).reshape(-1)[0]))
+
+
+class QKMeans(KMeans):
+    """QuicK-means: centroids V = λ·S1···SQ constrained to sparse factors.
+
+    Assigning a point costs one application of the sparse factors,
+    O(A log B + B) with A = min(K, D), B = max(K, D), instead of the O(K·D)
+    dense product.  Each Lloyd iteration is one pass over X (assignment by the
+    factors, K×D float64 sums, counts, exact objective, tree-reduced), then
+    palm4MSA on ``A = D_√n·U`` with ``D_√n = diag(√n_k)`` fixed, warm-started
+    from the previous factors — which makes the objective non-increasing
+    (journal version, Proposition 1).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    sparsity : int, default=5
+        Non-zeros kept per row and per column of every factor (splincol).
+    n_factors : int or None, default=None
+        Number of sparse factors Q; None: ⌈log2 max(K, D)⌉.
+    init : {'k-means++', 'k-means||', 'random'} or ndarray, default='k-means++'
+        Initial centroids (as :class:`dqkm.KMeans`), then factorised.
+    init_factorization : {'hierarchical', 'palm4msa'}, default='hierarchical'
+        How the initial centroids are factorised: hierarchical palm4MSA (as
+        the paper) or plain palm4MSA from its default start.
+    palm_iter : int, default=50
+        palm4MSA iterations per Lloyd iteration (warm-started); see
+        docs/BENCHMARKS.md for the trade-off that chose it.
+    palm_iter_init : int, default=300
+        palm4MSA iterations of the initial factorisation.
+    max_iter, tol, random_state, persist, split_every, n_init, oversampling_factor,
+    init_max_iter : as :class:`dqkm.KMeans`.
+
+    Attributes
+    ----------
+    factors_ : SparseFactors
+        V = λ·S1···SQ of shape (n_clusters, n_features).
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        ``factors_.toarray()``, for compatibility.
+    labels_, inertia_, n_iter_, n_features_in_ : as :class:`dqkm.KMeans`
+        ``inertia_`` is the QK-means objective (eq. 5): Σ‖x − v_label(x)‖².
+    history_ : list of dict
+        Per iteration: ``objective``, ``shift``, ``seconds``, ``empty_clusters``,
+        ``seconds_assign``, ``seconds_palm``, ``palm_error`` (relative error
+        ‖A − D_√n·V‖/‖A‖ after palm4MSA), ``palm_iter``, ``nnz``.
+    flops_ : int
+        Flops to apply the factors to one vector.
+    compression_ : float
+        K·D / nnz of the factors.
+
+    References
+    ----------
+    Giffon, Emiya, Ralaivola, Kadri, "QuicK-means: accelerating inference for
+    K-means by learning fast transforms", Machine Learning (2021), Algorithm 1,
+    eq. (5), Proposition 1.
+
+    Examples
+    --------
+    >>> import dqkm
+    >>> from sklearn.datasets import load_digits
+    >>> X = load_digits().data
+    >>> qk = dqkm.QKMeans(10, sparsity=3, random_state=0, max_iter=5).fit(X)
+    >>> qk.factors_.shape
+    (10, 64)
+    """
+
+    def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
+                 init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
+                 max_iter=300, tol=1e-4, random_state=None, persist="auto", split_every=None,
+                 n_init="auto", oversampling_factor=2.0, init_max_iter=None):
+        self.n_clusters = n_clusters
+        self.sparsity = sparsity
+        self.n_factors = n_factors
+        self.init = init
+        self.init_factorization = init_factorization
+        self.palm_iter = palm_iter
+        self.palm_iter_init = palm_iter_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.persist = persist
+        self.split_every = split_every
+        self.n_init = n_init
+        self.oversampling_factor = oversampling_factor
+        self.init_max_iter = init_max_iter
+
+    def _check_qk_params(self, n_features):
+        owner = type(self).__name__
+        K = self.n_clusters
+        check_param("sparsity", self.sparsity, owner, low=1, high=min(K, n_features))
+        check_param("n_factors", self.n_factors, owner, low=2, allow_none=True)
+        check_param("init_factorization", self.init_factorization, owner, kind=None,
+                    options=_INIT_FACTORIZATION)
+        check_param("palm_iter", self.palm_iter, owner, low=1)
+        check_param("palm_iter_init", self.palm_iter_init, owner, low=1)
+        n_factors = self.n_factors
+        if n_factors is None:
+            n_factors = max(2, math.ceil(math.log2(max(K, n_features))))
+        return n_factors
+
+    def _factorize(self, centers, constraints):
+        from ..kernels.hierarchical import hierarchical_palm4msa
+        from ..kernels.palm4msa import palm4msa
+
+        A = np.asarray(centers, dtype=np.float64)
+        if self.init_factorization == "hierarchical":
+            return hierarchical_palm4msa(A, constraints, n_iter=self.palm_iter_init).factors
+        return palm4msa(A, constraints, n_iter=self.palm_iter_init).factors
+
+    def _check_extra_params(self, n_features):
+        from ..kernels.palm4msa import default_constraints
+
+        n_factors = self._check_qk_params(n_features)
+        self._constraints = default_constraints(self.n_clusters, n_features,
+                                                sparsity=self.sparsity, n_factors=n_factors)
+
+    def _init_state(self, Xd, rng):
+        return self._factorize(self._initial_centers(Xd, rng), self._constraints)
+
+    def _iterate(self, Xd, state, **kw):
+        from ..kernels.palm4msa import palm4msa
+
+        return qkmeans(Xd, state, self._constraints, palm4msa=palm4msa, max_iter=self.max_iter,
+                       tol=self.tol, palm_iter=self.palm_iter, split_every=self.split_every, **kw)
+
+    def _final_value(self, Xd, res):
+        if res.shift == 0:
+            return res.last_objective
+        return factor_inertia(Xd, res.factors, split_every=self.split_every)
+
+    @staticmethod
+    def _result_state(res):
+        return res.factors
+
+    def _pack(self, factors):
+        return _factor_arrays(factors)
+
+    def _unpack(self, arrays, prefix):
+        return _factors_from_arrays({k[len(prefix):]: v for k, v in arrays.items()
+                                     if k.startswith(prefix)})
+
+    def _resumed_result(self, state, meta):
+        return QKMeansResult(factors=state, n_iter=meta["iteration"], history=meta["history"],
+                             converged=meta["converged"], last_objective=meta["last_objective"],
+                             shift=meta["shift"])
+
+    def _set_fitted(self, Xd, lazy, value, res):
+        self.factors_ = res.factors
+        self.cluster_centers_ = np.asarray(res.factors.toarray(), dtype=Xd.dtype)
+        self.inertia_ = float(value)
+        self.n_iter_ = int(res.n_iter)
+        self.history_ = res.history
+        self.flops_ = int(res.factors.flops)
+        self.compression_ = float(res.factors.compression)
+        self.labels_ = self._output(assign_factors(Xd, self.factors_), lazy)
+        del self._constraints
+
+    # ------------------------------------------------------------- inference
+    def predict(self, X):
+        """Nearest centroid of each sample, computed with the sparse factors."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(assign_factors(Xd, self.factors_), lazy)
+
+    def transform(self, X):
+        """Euclidean distances to every centroid (via the factors), (n_samples, n_clusters)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(factor_distances(Xd, self.factors_), lazy)
+
+    def score(self, X, y=None):
+        """Opposite of the QK-means objective of X (higher is better)."""
+        check_is_fitted(self)
+        Xd, _ = self._validate_X(X, reset=False)
+        return -factor_inertia(Xd, self.factors_, split_every=self.split_every)
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        arrays, meta = super()._get_state()
+        arrays.update(_factor_arrays(self.factors_))
+        meta.update({"flops_": self.flops_, "compression_": self.compression_})
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        arrays = dict(arrays)
+        names = [k for k in arrays if k.startswith("factor") or k == "lam"]
+        self.factors_ = _factors_from_arrays({k: arrays.pop(k) for k in names})
+        return super()._set_state(arrays, meta)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "factors_")
+
+
+def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchical",
+                        n_iter=300):
+    """"K-means + palm4MSA": factorise a fitted model's centroids post hoc.
+
+    Parameters
+    ----------
+    kmeans : fitted estimator with ``cluster_centers_`` of shape (K, D)
+    sparsity : int, default=5
+        Non-zeros per row and column of every factor (splincol).
+    n_factors : int or None
+        None: ⌈log2 max(K, D)⌉.
+    method : {'hierarchical', 'palm4msa'}
+    n_iter : int, default=300
+        palm4MSA iterations (per level for 'hierarchical').
+
+    Returns
+    -------
+    SparseFactors of shape (K, D)
+
+    References
+    ----------
+    Giffon et al., QuicK-means (Machine Learning, 2021): the "K-means +
+    palm4MSA" baseline.
+    """
+    check_is_fitted(kmeans, "cluster_centers_")
+    C = np.asarray(kmeans.cluster_centers_, dtype=np.float64)
+    K, D = C.shape
+    proxy = QKMeans(K, sparsity=sparsity, n_factors=n_factors, init_factorization=method,
+                    palm_iter_init=n_iter)
+    q = proxy._check_qk_params(D)
+    from ..kernels.palm4msa import default_constraints
+
+    return proxy._factorize(C, default_constraints(K, D, sparsity=sparsity, n_factors=q))

@@ -1,0 +1,152 @@
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, make_blobs
+
+import dqkm
+from dqkm.cluster.qkmeans import factorize_centroids
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X = load_digits().data
+    return X, X[np.random.default_rng(0).choice(len(X), 10, replace=False)]
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(3000, 40, centers=16, cluster_std=4.0, random_state=0)
+    return X, y
+
+
+def _monotone(history):
+    obj = [h["objective"] for h in history]
+    return all(b <= a * (1 + 1e-10) for a, b in zip(obj, obj[1:]))
+
+
+@pytest.mark.parametrize("sparsity", [3, 5])
+def test_objective_non_increasing_digits(digits, sparsity):
+    X, init = digits
+    qk = dqkm.QKMeans(10, sparsity=sparsity, init=init, max_iter=25, tol=0).fit(X)
+    assert len(qk.history_) == qk.n_iter_ == 25
+    assert _monotone(qk.history_)
+    for rec in qk.history_:
+        assert {"objective", "shift", "seconds", "empty_clusters", "seconds_assign",
+                "seconds_palm", "palm_error", "nnz"} <= set(rec)
+
+
+def test_objective_non_increasing_blobs(blobs):
+    X, _ = blobs
+    qk = dqkm.QKMeans(16, sparsity=4, random_state=0, max_iter=15, tol=0,
+                      palm_iter=20).fit(da.from_array(X, chunks=(700, -1)))
+    assert _monotone(qk.history_)
+    assert qk.factors_.shape == (16, 40) and qk.compression_ > 1
+
+
+def test_close_to_kmeans_and_to_posthoc_factorisation():
+    """Digits, K = 10, s = 5, k-means++ seeds shared by all methods (3 seeds).
+
+    QK-means stays within 10 % of K-means (the issue's bound).  The journal's
+    Table 3 says QK-means is *lower* than K-means + palm4MSA; with dqkm's
+    hierarchical palm4MSA the post hoc factorisation is slightly better on
+    digits (measured over 5 seeds: 1.023× vs 1.030× K-means, see
+    docs/ALGORITHMS.md), so this asserts closeness (2 %), not the claim.
+    """
+    X = load_digits().data
+    ratios_km, ratios_post = [], []
+    for seed in range(3):
+        km = dqkm.KMeans(10, random_state=seed).fit(X)
+        qk = dqkm.QKMeans(10, sparsity=5, random_state=seed).fit(X)
+        V = factorize_centroids(km, sparsity=5).toarray()
+        post_obj = ((X[:, None, :] - V[None]) ** 2).sum(-1).min(1).sum()
+        ratios_km.append(qk.inertia_ / km.inertia_)
+        ratios_post.append(qk.inertia_ / post_obj)
+    assert max(ratios_km) <= 1.10
+    assert np.mean(ratios_post) <= 1.02
+
+
+def test_predict_is_argmin_over_dense_factors(digits):
+    X, init = digits
+    qk = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=10).fit(X)
+    V = qk.factors_.toarray()
+    brute = ((X[:, None, :] - V[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(qk.predict(X), brute.argmin(1))
+    np.testing.assert_array_equal(qk.labels_, brute.argmin(1))
+    np.testing.assert_allclose(qk.transform(X), np.sqrt(brute), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(qk.cluster_centers_, V)
+    assert qk.inertia_ == pytest.approx(brute.min(1).sum(), rel=1e-9)
+    assert qk.score(X) == pytest.approx(-qk.inertia_, rel=1e-9)
+
+
+@pytest.mark.parametrize("chunks", [500, 333])
+def test_dask_and_numpy_paths_agree(digits, chunks):
+    X, init = digits
+    a = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=8, tol=0).fit(X)
+    b = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=8, tol=0).fit(
+        da.from_array(X, chunks=(chunks, -1)))
+    assert isinstance(b.labels_, da.Array)
+    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(b.predict(da.from_array(X, chunks=400)).compute(), a.labels_)
+
+
+def test_local_cluster_agrees(dist_client, digits):
+    X, init = digits
+    a = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=6, tol=0).fit(X)
+    b = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=6, tol=0).fit(
+        da.from_array(X, chunks=(450, -1)))
+    np.testing.assert_array_equal(a.labels_, b.labels_.compute())
+
+
+def test_save_load_and_checkpoint_resume(tmp_path, digits):
+    X, _ = digits
+    full = dqkm.QKMeans(10, sparsity=3, random_state=0, max_iter=12, tol=0).fit(X)
+    dqkm.save(full, tmp_path / "qk.zarr")
+    back = dqkm.load(tmp_path / "qk.zarr")
+    np.testing.assert_array_equal(back.predict(X), full.labels_)
+    assert back.flops_ == full.flops_ and back.factors_.nnz == full.factors_.nnz
+
+    class Stop(Exception):
+        pass
+
+    def stop(rec, factors):
+        if rec["iteration"] == 4:
+            raise Stop
+
+    with pytest.raises(Stop):
+        dqkm.QKMeans(10, sparsity=3, random_state=0, max_iter=12, tol=0).fit(
+            X, checkpoint=tmp_path / "ck", callback=stop)
+    resumed = dqkm.QKMeans(10, sparsity=3, random_state=0, max_iter=12, tol=0).fit(
+        X, checkpoint=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.labels_, full.labels_)
+    np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"sparsity": 0}, r"The 'sparsity' parameter of QKMeans must be an int in the range \[1, 10\]"),
+    ({"sparsity": 11}, r"'sparsity' parameter of QKMeans must be an int in the range \[1, 10\]"),
+    ({"n_factors": 1}, r"The 'n_factors' parameter of QKMeans must be an int in the range \[2"),
+    ({"init_factorization": "svd"}, "'init_factorization' parameter of QKMeans must be one of"),
+    ({"palm_iter": 0}, "'palm_iter' parameter"),
+    ({"n_clusters": 0}, "'n_clusters' parameter"),
+])
+def test_bad_params(digits, kw, match):
+    X, _ = digits
+    params = {"n_clusters": 10, **kw}
+    with pytest.raises(ValueError, match=match):
+        dqkm.QKMeans(**params).fit(X)
+
+
+def test_non_finite_and_predict_errors(digits):
+    X, _ = digits
+    bad = X.copy()
+    bad[3, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        dqkm.QKMeans(4, sparsity=2, init=X[:4]).fit(da.from_array(bad, chunks=500))
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        dqkm.QKMeans(4).predict(X)
+    qk = dqkm.QKMeans(4, sparsity=2, random_state=0, max_iter=3).fit(X)
+    with pytest.raises(ValueError, match="X has 63 features, but QKMeans is expecting 64"):
+        qk.predict(X[:, :63])
