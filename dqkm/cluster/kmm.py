@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..parallel.engine import maybe_persist
-from ..parallel.kmm import kmm, predict_labels
+from ..parallel.kmm import kmm, predict_labels, prototype_distances
 from ..parallel.lloyd import sample_rows
 from ._base import DqkmClusterer, check_param
 
@@ -272,6 +272,40 @@ class KMultipleMeans(DqkmClusterer):
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(predict_labels(Xd, self.prototypes_, self.prototype_labels_), lazy)
+
+    def transform(self, X):
+        """Euclidean distances to every prototype, shape (n_samples, n_prototypes)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(prototype_distances(Xd, self.prototypes_), lazy)
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        """Arrays and JSON metadata for :func:`dqkm.save` (lazy labels are not saved)."""
+        check_is_fitted(self)
+        arrays = {"prototypes_": self.prototypes_, "prototype_labels_": self.prototype_labels_}
+        if isinstance(self.labels_, np.ndarray):
+            arrays["labels_"] = self.labels_
+            arrays["similarity_neighbors_"] = self.similarity_[0]
+            arrays["similarity_weights_"] = self.similarity_[1]
+        meta = {k: getattr(self, k) for k in (
+            "beta_", "alpha_", "n_components_", "n_outliers_", "n_iter_", "n_features_in_",
+            "n_prototypes_", "history_", "seeding_")}
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        self.prototypes_ = arrays["prototypes_"]
+        self.prototype_labels_ = arrays["prototype_labels_"]
+        if "labels_" in arrays:
+            self.labels_ = arrays["labels_"]
+            self.similarity_ = (arrays["similarity_neighbors_"], arrays["similarity_weights_"])
+        for k, v in meta.items():
+            setattr(self, k, v)
+        return self
+
+    @property
+    def _n_features_out(self):
+        return self.prototypes_.shape[0]
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "prototypes_")

@@ -48,7 +48,7 @@ from .engine import broadcast, compute, tree_reduce
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KMMResult", "kmm", "predict_labels"]
+__all__ = ["KMMResult", "kmm", "predict_labels", "prototype_distances"]
 
 _SQRT_HALF = np.sqrt(0.5)
 
@@ -472,3 +472,17 @@ def predict_labels(X, prototypes, proto_labels):
     plabels = np.asarray(proto_labels)[keep].astype(np.int64)
     return X.map_blocks(_predict_block, protos, plabels, drop_axis=1, dtype=np.int64,
                         meta=np.empty((0,), dtype=np.int64))
+
+
+def _distances_block(block, protos):
+    b = np.asarray(block, dtype=np.float64)
+    d2 = (np.einsum("ij,ij->i", b, b)[:, None] + np.einsum("ij,ij->i", protos, protos)[None, :]
+          - 2.0 * (b @ protos.T))
+    return np.sqrt(np.maximum(d2, 0.0))
+
+
+def prototype_distances(X, prototypes):
+    """Lazy Euclidean distances of every row to every prototype, shape (n, m)."""
+    protos = np.ascontiguousarray(prototypes, dtype=np.float64)
+    return X.map_blocks(_distances_block, protos, chunks=(X.chunks[0], (protos.shape[0],)),
+                        dtype=np.float64, meta=np.empty((0, 0), dtype=np.float64))

@@ -270,3 +270,29 @@ def test_convergence_warning_when_components_cannot_reach_c():
         est = KMultipleMeans(2, n_prototypes=12, n_neighbors=3, max_iter=2, max_inner_iter=3,
                              random_state=0).fit(X)
     assert est.n_components_ == 3
+
+
+def test_transform_gives_distances_to_prototypes():
+    X, _, c = _data("wine", 0)
+    est = KMultipleMeans(c, random_state=0, max_iter=2).fit(X)
+    D = est.transform(X)
+    assert D.shape == (len(X), est.prototypes_.shape[0])
+    ref = np.sqrt(((X[:, None, :] - est.prototypes_[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(D, ref, rtol=1e-6, atol=1e-6)
+    Dd = est.transform(da.from_array(X, chunks=(50, -1)))
+    assert isinstance(Dd, da.Array)
+    np.testing.assert_allclose(Dd.compute(), D)
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".zarr"])
+def test_save_and_load(tmp_path, suffix):
+    X, _, c = _data("wine", 1)
+    est = KMultipleMeans(c, random_state=0, max_iter=2).fit(X)
+    path = tmp_path / f"kmm{suffix}"
+    dqkm.save(est, str(path))
+    back = dqkm.load(str(path))
+    assert isinstance(back, KMultipleMeans) and back.get_params() == est.get_params()
+    np.testing.assert_array_equal(back.labels_, est.labels_)
+    np.testing.assert_array_equal(back.predict(X), est.predict(X))
+    np.testing.assert_array_equal(back.similarity_[0], est.similarity_[0])
+    assert back.history_[0]["beta"] == est.history_[0]["beta"]
