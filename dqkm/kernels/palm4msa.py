@@ -84,7 +84,7 @@ class Palm4MSAResult:
 # --------------------------------------------------------------------------- kernels
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _csr_mm(indptr, indices, data, X):
     """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
     r = indptr.size - 1
@@ -99,7 +99,7 @@ def _csr_mm(indptr, indices, data, X):
     return out
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _csr_tmm(indptr, indices, data, X, c):
     """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
     r = indptr.size - 1
@@ -112,6 +112,22 @@ def _csr_tmm(indptr, indices, data, X, c):
             for t in range(p):
                 out[j, t] += v * X[i, t]
     return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _support_dot(indptr, indices, data, Lt, Rt):
+    """``⟨Ltᵀ Rt… , S⟩``: ``Σ_(i,j) S_ij · (Lt[i] · Rt[j])`` over the non-zeros of CSR ``S``."""
+    r = indptr.size - 1
+    p = Lt.shape[1]
+    tot = 0.0
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            acc = 0.0
+            for t in range(p):
+                acc += Lt[i, t] * Rt[j, t]
+            tot += data[k] * acc
+    return tot
 
 
 @njit(cache=True, nogil=True)
@@ -428,20 +444,54 @@ def _project(cons, D, support=None):
     return P
 
 
-def _objective(st, C, GL, GR, fac):
-    """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩, with ⟨C,S⟩ and ⟨GL S, S GR⟩."""
+class _Ctx:
+    """What one factor update needs: ``Lᵀ`` (r × K), ``(A Rᵀ)ᵀ`` (c × K), GL, GR.
+
+    ``C = Lᵀ A Rᵀ`` is formed in float32 for the gradient only (one r×K×c
+    GEMM at twice the float64 speed); the objective's ``⟨C, S⟩`` is computed
+    exactly in float64 on the support of ``S`` (nnz·K flops), or from a
+    float64 ``C`` when ``S`` is dense or ``L`` is the diagonal ``F0``.
+    """
+
+    __slots__ = ("Lt", "Rt", "GL", "GR", "_C64")
+
+    def __init__(self, Lt, Rt, GL, GR):
+        self.Lt, self.Rt, self.GL, self.GR = Lt, Rt, GL, GR
+        self._C64 = None
+
+    def C64(self):
+        if self._C64 is None:
+            if self.Lt.ndim == 1:
+                self._C64 = self.Lt[:, None] * self.Rt.T
+            else:
+                self._C64 = self.Lt @ self.Rt.T
+        return self._C64
+
+    def C32(self):
+        if self.Lt.ndim == 1:
+            return self.C64()
+        return self.Lt.astype(np.float32) @ self.Rt.astype(np.float32).T
+
+    def lin(self, fac):
+        if fac.csr is None or self.Lt.ndim == 1:
+            return float(np.vdot(self.C64(), fac.dense))
+        return float(_support_dot(*fac.csr, self.Lt, self.Rt))
+
+
+def _objective(st, ctx, fac):
+    """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩; also ⟨C,S⟩, ⟨GL S, S GR⟩ and S·GR."""
     S = fac.dense
-    SGR = S if GR is None else fac.mul(GR)
-    if GL.ndim == 1:
-        GLS = GL[:, None] * S
+    SGR = S if ctx.GR is None else fac.mul(ctx.GR)
+    if ctx.GL.ndim == 1:
+        GLS = ctx.GL[:, None] * S
     else:
-        GLS = fac.tmul(GL).T
-    lin = float(np.vdot(C, S))
+        GLS = fac.tmul(ctx.GL).T
+    lin = ctx.lin(fac)
     quad = float(np.vdot(GLS, SGR))
-    return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad
+    return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, SGR
 
 
-def _guarded_update(st, q, fac, grad, c, C, GL, GR):
+def _guarded_update(st, q, fac, grad, c, ctx):
     """A factor update that never increases the objective.
 
     Candidates, in order, for c, 2c, 4c: the projection of ``D = S − ∇/c``;
@@ -457,12 +507,12 @@ def _guarded_update(st, q, fac, grad, c, C, GL, GR):
         supports = [None] if cons.is_exact else [None, old]
         for support in supports:
             new = _Factor(_project(cons, D, support))
-            f_new = _objective(st, C, GL, GR, new)[0]
+            f_new, _, _, SGR = _objective(st, ctx, new)
             if f_new <= st.f:
                 st.f = f_new
-                return new
+                return new, SGR
         c *= 2.0
-    return fac
+    return fac, None
 
 
 def _sweep(st, guard):
@@ -487,30 +537,32 @@ def _sweep(st, guard):
             else:
                 Lt[q] = prev.tmul(Lt[q - 1])
                 GL[q] = prev.tmul(prev.tmul(GL[q - 1]).T)
-    Tt = None  # (A Rᵀ)ᵀ, c_q × K
+    Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
         fac = facs[q]
-        if q == Q - 1:
-            C = _lmul(Lt[q], st.A) if q == 0 else Lt[q] @ st.A
-        else:
-            C = Lt[q][:, None] * Tt.T if q == 0 else Lt[q] @ Tt.T
+        ctx = _Ctx(Lt[q], st.At if Tt is None else Tt, GL[q], GR)
         rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q])
         if GR is None:
             rhoR = 1.0
         else:
             rhoR, st.vR[q] = _top_eig(GR, st.vR[q])
         c = _STEP_MARGIN * lam * lam * rhoL * rhoR
+        SGR_new = None  # S_new · GR, when already computed
         if c > 0.0:
             SGR = fac.dense if GR is None else fac.mul(GR)
-            grad = lam * lam * _lmul(GL[q], SGR) - lam * C
-            if guard and st.feasible[q]:
-                fac = facs[q] = _guarded_update(st, q, fac, grad, c, C, GL[q], GR)
+            if GL[q].ndim == 1:
+                grad = lam * lam * (GL[q][:, None] * SGR) - lam * ctx.C32()
             else:
-                fac = facs[q] = _Factor(_project(st.constraints[q], fac.dense - grad / c))
+                grad = lam * lam * (GL[q].astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
+            if guard and st.feasible[q]:
+                fac, SGR_new = _guarded_update(st, q, fac, grad, c, ctx)
+            else:
+                fac = _Factor(_project(st.constraints[q], fac.dense - grad / c))
                 st.feasible[q] = True
                 if guard:
-                    st.f = _objective(st, C, GL[q], GR, fac)[0]
+                    st.f, _, _, SGR_new = _objective(st, ctx, fac)
+            facs[q] = fac
         elif not st.feasible[q]:
             # λ·L or R is zero: the objective does not depend on this factor
             fac = facs[q] = _Factor(_project(st.constraints[q], fac.dense))
@@ -522,9 +574,12 @@ def _sweep(st, guard):
                 GR = fac.mul(np.ascontiguousarray(fac.dense.T))
             else:
                 Tt = fac.mul(Tt)
-                GR = fac.mul(np.ascontiguousarray(fac.mul(GR).T))
+                if SGR_new is None:
+                    SGR_new = fac.mul(GR)
+                GR = fac.mul(np.ascontiguousarray(SGR_new.T))
+        last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
-    f0, lin, quad = _objective(st, C, GL[0], GR, facs[0])
+    f0, lin, quad, _ = _objective(st, last_ctx, facs[0])
     if quad > 0.0:
         st.lam = lin / quad
         st.f = max(st.normA2 - lin * lin / quad, 0.0)

@@ -1,0 +1,170 @@
+"""palm4MSA and hierarchical palm4MSA: dqkm against pyfaust, same targets, same iterations.
+
+    .venv/bin/python benchmarks/bench_palm4msa.py [--quick]
+
+Targets (Q = ⌈log2 max(K, D)⌉ factors, Splincol(s) on every factor):
+- 128×784: 128 K-means centroids of sklearn's digits upsampled to 28×28
+  (scipy.ndimage.zoom, bilinear), KMeans(random_state=0);
+- 256×2048: the 256 centres of sklearn's make_blobs in 2048 dimensions
+  (``--quick`` skips it).
+
+Both libraries run ``n_iter`` iterations per palm4MSA call (300; 50 with
+``--quick``); dqkm stops earlier when the relative change of its error is below
+its default tol = 1e-6 (the iterations it ran are printed).  Hierarchical
+residual constraints: Splincol(min(s^(Q-l), min(shape))) for both.
+OMP/OpenBLAS threads are pinned to 1 before numpy is imported (pyfaust's
+fastest setting on this machine, see ANCHORS.md), so both run on one core.
+If pyfaust is missing, dqkm's numbers and the ANCHORS figures are printed.
+"""
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from dqkm.kernels import default_constraints, default_residual_constraints  # noqa: E402
+from dqkm.kernels import hierarchical_palm4msa, palm4msa  # noqa: E402
+
+ANCHORS = {  # pyfaust 3.41, ANCHORS.md: (seconds, relative error, nnz)
+    ("digits 128x784", "palm4msa", 5): (24.8, 0.900, 11343),
+    ("digits 128x784", "hierarchical", 5): (189.0, 0.220, 8344),
+    ("digits 128x784", "hierarchical", 3): (188.0, 0.353, 5081),
+    ("blobs 256x2048", "palm4msa", 5): (269.0, 0.993, 27006),
+}
+
+
+def digits_centroids():
+    from scipy.ndimage import zoom
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import load_digits
+
+    imgs = load_digits().images
+    X = np.stack([zoom(x, 28 / 8, order=1) for x in imgs]).reshape(len(imgs), -1)
+    return KMeans(128, n_init=1, random_state=0).fit(X).cluster_centers_
+
+
+def blob_centres():
+    from sklearn.datasets import make_blobs
+
+    _, _, centres = make_blobs(n_samples=256, centers=256, n_features=2048, random_state=0,
+                               return_centers=True)
+    return centres
+
+
+def load_pyfaust():
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pyfaust.fact
+            import pyfaust.factparams
+        return pyfaust
+    except Exception as exc:  # any import failure: report and go on without it
+        print(f"pyfaust is MISSING ({type(exc).__name__}: {exc}); printing dqkm and ANCHORS only.")
+        return None
+
+
+def faust_palm(pf, A, cons, n_iter):
+    from pyfaust.factparams import ConstraintInt, ParamsPalm4MSA, StoppingCriterion
+
+    fc = [ConstraintInt("splincol", c.shape[0], c.shape[1], c.s) for c in cons]
+    p = ParamsPalm4MSA(fc, StoppingCriterion(num_its=n_iter))
+    return pf.fact.palm4msa(A, p, backend=2020)
+
+
+def faust_hier(pf, A, cons, res, n_iter):
+    from pyfaust.factparams import ConstraintInt, ParamsHierarchical, StoppingCriterion
+
+    def ci(c):
+        return ConstraintInt("splincol", c.shape[0], c.shape[1], c.s)
+
+    stop = StoppingCriterion(num_its=n_iter)
+    # pyfaust's default splits the leftmost factor off and keeps the residual on
+    # the right, as dqkm does
+    p = ParamsHierarchical([ci(c) for c in cons[:-1]], [ci(c) for c in res] + [ci(cons[-1])],
+                           stop, StoppingCriterion(num_its=n_iter))
+    return pf.fact.hierarchical(A, p, backend=2020)
+
+
+def run(label, A, algo, s, n_iter, pf, rows):
+    K, D = A.shape
+    cons = default_constraints(K, D, sparsity=s)
+    nrm = np.linalg.norm(A)
+    t = time.perf_counter()
+    if algo == "palm4msa":
+        res = palm4msa(A, cons, n_iter=n_iter)
+    else:
+        res = hierarchical_palm4msa(A, cons, n_iter=n_iter)
+    t_dq = time.perf_counter() - t
+    err_dq = np.linalg.norm(A - res.factors.toarray()) / nrm
+    row = {"target": label, "algo": algo, "s": s, "dq_t": t_dq, "dq_err": err_dq,
+           "dq_nnz": res.factors.nnz, "dq_it": res.n_iter}
+    if algo == "palm4msa" and label.startswith("digits"):
+        t = time.perf_counter()
+        ung = palm4msa(A, cons, n_iter=n_iter, safeguard=False)
+        row["ung_t"] = time.perf_counter() - t
+        row["ung_err"] = np.linalg.norm(A - ung.factors.toarray()) / nrm
+    if pf is not None and not (label.startswith("blobs") and algo == "hierarchical"):
+        t = time.perf_counter()
+        try:
+            if algo == "palm4msa":
+                F = faust_palm(pf, A, cons, n_iter)
+            else:
+                F = faust_hier(pf, A, cons, default_residual_constraints(cons), n_iter)
+            row["pf_t"] = time.perf_counter() - t
+            row["pf_err"] = np.linalg.norm(A - F.toarray()) / nrm
+            row["pf_nnz"] = F.nnz_sum()
+        except Exception as exc:
+            print(f"pyfaust {algo} failed on {label}: {type(exc).__name__}: {exc}")
+    rows.append(row)
+    print_row(row, n_iter)
+
+
+HEADER = ("| target | algorithm | s | dqkm s | dqkm rel. error | dqkm nnz | dqkm iters | "
+          "pyfaust s | pyfaust rel. error | pyfaust nnz | time ratio dqkm/pyfaust |")
+
+
+def print_row(r, n_iter):
+    if "pf_t" in r:
+        pf = f"{r['pf_t']:.2f} | {r['pf_err']:.3f} | {r['pf_nnz']} | {r['dq_t'] / r['pf_t']:.3f}"
+    else:
+        anc = ANCHORS.get((r["target"], r["algo"], r["s"]))
+        pf = ("(not run) | – | – | –" if anc is None else
+              f"ANCHORS {anc[0]:.0f} | {anc[1]:.3f} | {anc[2]} | "
+              f"{r['dq_t'] / anc[0]:.3f} (vs ANCHORS)")
+    print(f"| {r['target']} | {r['algo']} | {r['s']} | {r['dq_t']:.2f} | {r['dq_err']:.3f} | "
+          f"{r['dq_nnz']} | {r['dq_it']} | {pf} |", flush=True)
+    if "ung_t" in r:
+        print(f"|   (dqkm palm4msa without safeguard) | | | {r['ung_t']:.2f} | {r['ung_err']:.3f} "
+              f"| | {n_iter} max | | | | |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="digits target, s=5, 50 iterations")
+    args = ap.parse_args()
+    n_iter = 50 if args.quick else 300
+    pf = load_pyfaust()
+    targets = [("digits 128x784", digits_centroids())]
+    if not args.quick:
+        targets.append(("blobs 256x2048", blob_centres()))
+    sparsities = [5] if args.quick else [5, 3]
+    print(f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; n_iter={n_iter}; "
+          f"Q = ceil(log2 max(K, D)) = {[math.ceil(math.log2(max(A.shape))) for _, A in targets]}")
+    print(HEADER)
+    print("|---" * (HEADER.count("|") - 1) + "|")
+    rows = []
+    for label, A in targets:
+        for algo in ("palm4msa", "hierarchical"):
+            for s in sparsities:
+                run(label, A, algo, s, n_iter, pf, rows)
+
+
+if __name__ == "__main__":
+    main()
