@@ -30,8 +30,8 @@ import zarr
 
 from .kernels.lloyd_sparse import as_csr
 
-__all__ = ["is_sparse_dask", "check_sparse", "as_csr_block", "sparse_to_dask", "save_csr", "load_csr",
-           "is_csr_store", "make_sparse_blobs", "CSR_FORMAT_VERSION"]
+__all__ = ["is_sparse_dask", "check_sparse", "as_csr_block", "sparse_to_dask", "save_csr",
+           "load_csr", "is_csr_store", "make_sparse_blobs", "CSR_FORMAT_VERSION"]
 
 CSR_FORMAT_VERSION = 1
 _ATTR = "dqkm_sparse"

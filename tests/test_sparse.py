@@ -169,7 +169,8 @@ def test_make_sparse_blobs_to_zarr(tmp_path):
 
 @pytest.mark.parametrize("kw, match", [
     ({"n_samples": 0}, "'n_samples' parameter of make_sparse_blobs must be an int"),
-    ({"density": 0.0}, r"'density' parameter of make_sparse_blobs must be a float in the range \(0"),
+    ({"density": 0.0},
+     r"'density' parameter of make_sparse_blobs must be a float in the range \(0"),
     ({"density": 1.5}, "Got 1.5 instead"),
     ({"signal": -0.1}, "'signal'"),
     ({"centers": 0}, "'centers'"),

@@ -24,8 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-__all__ = ["as_csr", "lloyd_partials_csr", "assign_labels_csr", "label_moments", "merge_label_moments",
-           "csr_row_norms"]
+__all__ = ["as_csr", "lloyd_partials_csr", "assign_labels_csr", "label_moments",
+           "merge_label_moments", "csr_row_norms"]
 
 
 @njit(nogil=True, cache=True)

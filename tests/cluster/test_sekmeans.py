@@ -150,7 +150,7 @@ def _embedded_to_original_cost_ratio(X, labels, k, d, embedding, seed):
 
 @pytest.mark.parametrize("data", ["digits28", "sparse_blobs"])
 def test_epsilon_approximation_of_the_full_kmeans_partition(request, data):
-    """Definition 2 / Theorem 1: ‖X̂ − DDᵀX̂‖² within (1 ± ε)‖X − DDᵀX‖², ε = 0.2."""
+    """Definition 2 / Theorem 1: ‖X̂ − DDᵀX̂‖² in (1 ± ε)‖X − DDᵀX‖², ε = 0.2."""
     X, y = request.getfixturevalue(data)
     if isinstance(X, da.Array):
         X = X.compute()

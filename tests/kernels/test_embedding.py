@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dqkm.kernels.embedding import (DenseEmbedding, SparseEmbedding, dense_embed,
+from dqkm.kernels.embedding import (SparseEmbedding, dense_embed,
                                     draw_dense_embedding, draw_sparse_embedding, embed_chunk,
                                     sparse_embed, sparse_embedding_matrix)
 from dqkm.kernels.lloyd import assign_labels, lloyd_partials
