@@ -23,10 +23,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+# below this many rows per tile the row-add loops are too short to vectorise
+_NARROW = 8
+
 __all__ = ["apply_rows_serial", "apply_rows_parallel", "choose_tile"]
 
 
-def choose_tile(max_dim, itemsize):
+def choose_tile(max_dim, itemsize, n_rows):
     """Rows per tile and the padded row stride of the ``(max_dim, ld)`` buffers.
 
     A tile is 512 bytes of each intermediate row (128 float32 / 64 float64
@@ -37,7 +40,9 @@ def choose_tile(max_dim, itemsize):
     The stride ``ld`` is the tile rounded up to an odd number of 64-byte
     cache lines: a power-of-two stride (e.g. 128 float32) made the kernel
     up to 1.6x slower through cache-set and 4K-aliasing conflicts between
-    the rows it reads and the row it writes.
+    the rows it reads and the row it writes.  With fewer than ``tile`` rows
+    the tile is ``n_rows``, unpadded below ``_NARROW`` rows (a single vector
+    then lies contiguous in L1, as in a plain CSR mat-vec).
     """
     itemsize = int(itemsize)
     per_line = 64 // itemsize
@@ -45,6 +50,10 @@ def choose_tile(max_dim, itemsize):
     while tile > per_line and 2 * max(int(max_dim), 1) * (tile + 2 * per_line) * itemsize \
             > 16 * 1024 * 1024:
         tile //= 2
+    # fewer rows than a tile (a single vector, say): buffers only as wide as needed
+    tile = max(1, min(tile, int(n_rows)))
+    if tile < _NARROW:
+        return int(tile), int(tile)  # dense columns: a single vector is contiguous
     lines = -(-tile // per_line)
     if lines % 2 == 0:
         lines += 1
@@ -52,8 +61,24 @@ def choose_tile(max_dim, itemsize):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _csr_rows_times_narrow(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT dst
+    # a plain CSR product, one column at a time with the sum in a register; it adds the
+    # terms in the same order as _csr_rows_times, so a row's result does not depend on
+    # the tile width
+    for c in range(t):
+        for i in range(m):
+            acc = dst.dtype.type(0.0)
+            for p in range(ioff + indptr[poff + i], ioff + indptr[poff + i + 1]):
+                acc += data[p] * src[indices[p], c]
+            dst[i, c] = acc
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _csr_rows_times(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT dst
     # dst[:m, :t] = S @ src[:, :t] for the CSR factor S stored at (poff, ioff)
+    if t < _NARROW:
+        _csr_rows_times_narrow(dst, src, t, indptr, indices, data, poff, ioff, m)
+        return
     for i in range(m):
         p0 = ioff + indptr[poff + i]
         p1 = ioff + indptr[poff + i + 1]
@@ -63,7 +88,8 @@ def _csr_rows_times(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT d
                 d[c] = 0.0
             continue
         # first (up to) four entries initialise the row, then groups of four
-        # accumulate: one load/store of dst per four multiply-adds
+        # accumulate: one load/store of dst per four multiply-adds.  The terms are
+        # added strictly left to right (((d + x0) + x1) + ...), as in a plain loop
         k = p1 - p0
         if k >= 4:
             a0 = src[indices[p0]]
@@ -111,7 +137,7 @@ def _csr_rows_times(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT d
             v2 = data[p + 2]
             v3 = data[p + 3]
             for c in range(t):
-                d[c] += v0 * a0[c] + v1 * a1[c] + v2 * a2[c] + v3 * a3[c]
+                d[c] = d[c] + v0 * a0[c] + v1 * a1[c] + v2 * a2[c] + v3 * a3[c]
             p += 4
         while p < p1:
             a0 = src[indices[p]]

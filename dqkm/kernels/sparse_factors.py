@@ -303,7 +303,7 @@ class SparseFactors:
             for q, S in enumerate(self._factors):
                 poffs[q], ioffs[q] = p, i
                 ptrs.append(S.indptr.astype(np.int64))
-                idxs.append(S.indices.astype(np.int64))
+                idxs.append(S.indices.astype(np.int32))
                 v = S.data.astype(dtype)
                 if q == 0:
                     v = v * dtype.type(self._lam)
@@ -380,7 +380,7 @@ class SparseFactors:
         if n == 0:
             return out
         shapes, indptr, indices, data, poffs, ioffs = self._kernel_layout(dtype)
-        tile, ld = choose_tile(max(X.shape[1], int(shapes.max())), dtype.itemsize)
+        tile, ld = choose_tile(max(X.shape[1], int(shapes.max())), dtype.itemsize, n)
         if n_threads == 0:
             main = threading.current_thread() is threading.main_thread()
             n_threads = numba.get_num_threads() if main else 1

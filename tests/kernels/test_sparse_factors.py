@@ -74,6 +74,18 @@ def test_results_do_not_depend_on_threads_and_numba_setting_is_restored():
     assert numba.get_num_threads() == before
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_rows_result_does_not_depend_on_the_batch(dtype):
+    # dense-ish factors (rows with > 8 stored values) exercise every summation branch
+    V = SparseFactors(_random_chain([(40, 30), (30, 60), (60, 30)], 0.4, seed=23, dtype=dtype))
+    X = np.random.default_rng(24).standard_normal((150, 30)).astype(dtype)
+    Y = V.apply_rows(X)
+    for step in (1, 3, 8, 13):  # single vectors, narrow tiles, wide tiles
+        parts = [V.apply_rows(X[i:i + step]) for i in range(0, 150, step)]
+        np.testing.assert_array_equal(np.vstack(parts), Y)
+    np.testing.assert_array_equal(V @ X[7], Y[7])
+
+
 def test_empty_rows_and_all_zero_factor():
     S1 = np.array([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]])  # row 1 empty
     S2 = np.zeros((2, 4))
