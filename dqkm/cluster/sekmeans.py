@@ -10,7 +10,8 @@ import scipy.sparse as sp
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ..kernels.embedding import draw_dense_embedding, draw_sparse_embedding
+from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
+                                 draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from ._base import DqkmClusterer, check_param, is_lazy
@@ -258,6 +259,36 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Xd, lazy = self._validate_X(X, reset=False)
         centers = self.embedded_centers_
         return self._output(embed_assign(Xd, self.embedding_, centers), lazy)
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        """Arrays and JSON scalars for ``dqkm.save`` (no pickle); ``kmeans_`` is not kept."""
+        check_is_fitted(self)
+        arrays = {"embedded_centers_": self.embedded_centers_,
+                  "cluster_centers_": self.cluster_centers_}
+        emb = self.embedding_
+        if isinstance(emb, SparseEmbedding):
+            arrays.update({"embedding_hash": emb.hash, "embedding_signs": emb.signs})
+        else:
+            arrays["embedding_matrix"] = emb.matrix
+        if isinstance(self.labels_, np.ndarray):
+            arrays["labels_"] = self.labels_
+        meta = {k: getattr(self, k) for k in ("n_components_", "inertia_", "embedded_inertia_",
+                                              "empty_clusters_", "n_iter_", "history_",
+                                              "n_features_in_")}
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        arrays = dict(arrays)
+        if "embedding_hash" in arrays:
+            self.embedding_ = SparseEmbedding(hash=arrays.pop("embedding_hash").astype(np.int64),
+                                              signs=arrays.pop("embedding_signs"),
+                                              n_components=int(meta["n_components_"]))
+        else:
+            self.embedding_ = DenseEmbedding(matrix=arrays.pop("embedding_matrix"))
+        for k, v in {**arrays, **meta}.items():
+            setattr(self, k, v)
+        return self
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "embedded_centers_")

@@ -263,3 +263,23 @@ def test_kmeans_on_csr_chunks_equals_kmeans_on_dense(sparse_blobs, init, dtype):
         assert km.score(X) == pytest.approx(ref.score(D), rel=tol)
         np.testing.assert_allclose(km.transform(X).compute(), ref.transform(D).compute(),
                                    rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("embedding", ["sparse", "dense"])
+@pytest.mark.parametrize("name", ["m.npz", "m.zarr"])
+def test_save_load_round_trip(tmp_path, embedding, name):
+    from dqkm.io import load, save
+
+    A = sp.random(120, 30, density=0.3, format="csr", random_state=np.random.default_rng(4))
+    se = SparseEmbeddedKMeans(3, n_components=8, embedding=embedding, random_state=0,
+                              kmeans={"max_iter": 50}).fit(A)
+    save(se, tmp_path / name)
+    back = load(tmp_path / name)
+    assert type(back) is SparseEmbeddedKMeans and back.get_params() == se.get_params()
+    np.testing.assert_array_equal(back.predict(A), se.predict(A))
+    np.testing.assert_array_equal(back.transform(A), se.transform(A))
+    np.testing.assert_array_equal(back.labels_, se.labels_)
+    np.testing.assert_array_equal(back.cluster_centers_, se.cluster_centers_)
+    assert back.inertia_ == se.inertia_ and back.history_ == se.history_
+    assert type(back.embedding_) is type(se.embedding_)
+    assert dqkm.SparseEmbeddedKMeans is SparseEmbeddedKMeans
