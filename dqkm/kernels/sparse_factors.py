@@ -296,6 +296,8 @@ class SparseFactors:
         lay = self._layout.get(dtype)
         if lay is None:
             shapes = np.array([S.shape for S in self._factors], dtype=np.int64)
+            # column indices in int32 (less to stream) unless a dimension needs more
+            idx_type = np.int32 if shapes.max() < 2**31 else np.int64
             poffs = np.zeros(self.n_factors, dtype=np.int64)
             ioffs = np.zeros(self.n_factors, dtype=np.int64)
             ptrs, idxs, vals = [], [], []
@@ -303,7 +305,7 @@ class SparseFactors:
             for q, S in enumerate(self._factors):
                 poffs[q], ioffs[q] = p, i
                 ptrs.append(S.indptr.astype(np.int64))
-                idxs.append(S.indices.astype(np.int32))
+                idxs.append(S.indices.astype(idx_type))
                 v = S.data.astype(dtype)
                 if q == 0:
                     v = v * dtype.type(self._lam)
