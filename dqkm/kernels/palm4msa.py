@@ -479,16 +479,32 @@ class _Ctx:
 
 
 def _objective(st, ctx, fac):
-    """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩; also ⟨C,S⟩, ⟨GL S, S GR⟩ and S·GR."""
+    """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩, with ⟨C,S⟩ and ⟨GL S, S GR⟩.
+
+    Also returns what the fold into the next right part needs: ``S·GR``, or
+    for the last factor (``GR`` = identity) the pair ``(S Aᵀ, S Sᵀ)``, which
+    then give both terms: ``⟨C,S⟩ = ⟨Lᵀ, S Aᵀ⟩`` and ``⟨GL S, S⟩ = ⟨GL, S Sᵀ⟩``.
+    """
     S = fac.dense
-    SGR = S if ctx.GR is None else fac.mul(ctx.GR)
-    if ctx.GL.ndim == 1:
-        GLS = ctx.GL[:, None] * S
+    if ctx.GR is None:
+        SAt = fac.mul(ctx.Rt)
+        SSt = fac.mul(np.ascontiguousarray(S.T))
+        if ctx.Lt.ndim == 1:
+            lin = float(np.dot(ctx.Lt, np.diagonal(SAt)))
+        else:
+            lin = float(np.vdot(ctx.Lt, SAt))
+        if ctx.GL.ndim == 1:
+            quad = float(np.dot(ctx.GL, np.diagonal(SSt)))
+        else:
+            quad = float(np.vdot(ctx.GL, SSt))
+        extra = (SAt, SSt)
     else:
-        GLS = fac.tmul(ctx.GL).T
-    lin = ctx.lin(fac)
-    quad = float(np.vdot(GLS, SGR))
-    return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, SGR
+        SGR = fac.mul(ctx.GR)
+        GLS = ctx.GL[:, None] * S if ctx.GL.ndim == 1 else fac.tmul(ctx.GL).T
+        lin = ctx.lin(fac)
+        quad = float(np.vdot(GLS, SGR))
+        extra = SGR
+    return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, extra
 
 
 def _guarded_update(st, q, fac, grad, c, ctx):
@@ -570,8 +586,9 @@ def _sweep(st, guard):
         if q > 0:
             # fold the (new) factor into the right part for factor q − 1
             if GR is None:
-                Tt = fac.mul(st.At)
-                GR = fac.mul(np.ascontiguousarray(fac.dense.T))
+                if SGR_new is None:
+                    SGR_new = (fac.mul(st.At), fac.mul(np.ascontiguousarray(fac.dense.T)))
+                Tt, GR = SGR_new
             else:
                 Tt = fac.mul(Tt)
                 if SGR_new is None:

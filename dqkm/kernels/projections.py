@@ -65,10 +65,22 @@ def _rows_topk_mask(absM, s, mask):  # OUT mask
                 mask[i, j] = True
         return
     if s > _SORT_ABOVE:
+        # threshold = the s-th largest value (introselect, O(c)); keep what is
+        # above it, then entries equal to it in column order until s are kept
         for i in range(r):
-            order = np.argsort(-absM[i], kind="mergesort")  # stable: ties keep j order
-            for t in range(s):
-                mask[i, order[t]] = True
+            row = absM[i]
+            th = -np.partition(-row, s - 1)[s - 1]
+            need = s
+            for j in range(c):
+                if row[j] > th:
+                    mask[i, j] = True
+                    need -= 1
+            for j in range(c):
+                if need == 0:
+                    break
+                if row[j] == th:
+                    mask[i, j] = True
+                    need -= 1
         return
     bufv = np.empty(s, dtype=absM.dtype)
     bufi = np.empty(s, dtype=np.int64)
