@@ -283,3 +283,17 @@ def test_save_load_round_trip(tmp_path, embedding, name):
     assert back.inertia_ == se.inertia_ and back.history_ == se.history_
     assert type(back.embedding_) is type(se.embedding_)
     assert dqkm.SparseEmbeddedKMeans is SparseEmbeddedKMeans
+
+
+def test_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    check_estimator(
+        SparseEmbeddedKMeans(n_clusters=3, random_state=0, kmeans={"max_iter": 30}),
+        expected_failed_checks={
+            # scikit-learn sets n_components=1 with n_clusters=2 for this check; a
+            # target dimension below the number of clusters is refused by design
+            # (the bad-input rule: n_components < n_clusters is an error).
+            "check_methods_sample_order_invariance":
+                "n_components=1 < n_clusters=2 is rejected on purpose",
+        })
