@@ -107,11 +107,6 @@ def test_nystroem_error_kmeans_beats_uniform_on_digits(digits, km64):
 
 
 def test_qkmeans_landmarks(digits, km64):
-    try:
-        from dqkm.kernels import default_constraints  # noqa: F401
-    except ImportError:
-        pytest.skip("dqkm.QKMeans needs dqkm.kernels.default_constraints, not in this checkout "
-                    "yet (the lead's QKMeans lands concurrently)")
     X = digits
     sample = X[np.random.default_rng(0).choice(len(X), 500, replace=False)]
     qk = dqkm.QKMeans(64, sparsity=5, random_state=0, max_iter=10, palm_iter=30,

@@ -71,11 +71,6 @@ def test_flops_and_nnz(blobs64):
 
 
 def test_qkmeans_flops_and_nnz(blobs64):
-    try:
-        from dqkm.kernels import default_constraints  # noqa: F401
-    except ImportError:
-        pytest.skip("dqkm.QKMeans needs dqkm.kernels.default_constraints, not in this checkout "
-                    "yet (the lead's QKMeans lands concurrently)")
     X, y = blobs64
     qk = dqkm.QKMeans(5, sparsity=2, random_state=0, max_iter=5, palm_iter=20,
                       palm_iter_init=50).fit(X)

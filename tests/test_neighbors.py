@@ -127,19 +127,8 @@ def test_predict_with_string_labels_and_sklearn_clusterer(blobs):
     np.testing.assert_array_equal(pred_d.compute(), pred)
 
 
-def _qkmeans():
-    """dqkm.QKMeans, or a skip while the lead's QKMeans and its SparseFactors kernel are
-    not both committed in this checkout (written reason: they land concurrently)."""
-    try:
-        from dqkm.kernels import SparseFactors, default_constraints  # noqa: F401
-    except ImportError:
-        pytest.skip("dqkm.QKMeans needs dqkm.kernels.SparseFactors/default_constraints, "
-                    "not in this checkout yet")
-    return dqkm.QKMeans
-
-
 def test_qkmeans_index(blobs):
-    QKMeans = _qkmeans()
+    QKMeans = dqkm.QKMeans
     X, _, Q, _ = blobs
     qk = QKMeans(8, sparsity=3, random_state=0, max_iter=5, palm_iter=20,
                  palm_iter_init=50).fit(X)
