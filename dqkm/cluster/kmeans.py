@@ -6,6 +6,7 @@ import logging
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -145,8 +146,9 @@ class KMeans(DqkmClusterer):
                                         n_rounds=rounds, split_every=self.split_every)
         if self.init == "random":
             return sample_rows(X, K, rng).astype(X.dtype)
-        sample = sample_rows(X, max(10 * K, 10_000), rng)
-        if not np.isfinite(sample).all():
+        # CSR-chunked X: the sample stays sparse (scikit-learn's k-means++ takes CSR)
+        sample = sample_rows(X, max(10 * K, 10_000), rng, dense=False)
+        if not np.isfinite(sample.data if sp.issparse(sample) else sample).all():
             raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
                              "values; drop or impute them first.")
         centers, _ = kmeans_plusplus(sample.astype(np.float64), K,

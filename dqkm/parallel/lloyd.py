@@ -256,13 +256,18 @@ def inertia(X, centers, *, split_every=None):
 
 
 # --------------------------------------------------------------------------- sampling
-def sample_rows(X, n, rng):
-    """``n`` distinct rows of X drawn uniformly (one pass over the chunks touched)."""
+def sample_rows(X, n, rng, *, dense=True):
+    """``n`` distinct rows of X drawn uniformly (one pass over the chunks touched).
+
+    Rows of CSR-chunked X come back as a dense array, or as a CSR matrix
+    with ``dense=False``.
+    """
     N = X.shape[0]
+    as_out = _dense if dense else (lambda a: a)
     if n >= N:
-        return _dense(compute(X, n_tasks=X.numblocks[0])[0])
+        return as_out(compute(X, n_tasks=X.numblocks[0])[0])
     idx = np.sort(rng.choice(N, size=n, replace=False))
-    return _dense(compute(X[idx], n_tasks=X.numblocks[0])[0])
+    return as_out(compute(X[idx], n_tasks=X.numblocks[0])[0])
 
 
 def data_moments(X, *, split_every=None):
