@@ -8,7 +8,10 @@ factor has exactly s per line along its longer side and s·(long/short)
 (rounded, balanced) along its shorter side.  The peer is ``X @ U.T`` with the
 dense ``U = V.toarray()`` in float32 BLAS.  Both use 2 threads (threadpoolctl
 for BLAS, ``n_threads=2`` for the kernel); each time is the best of several
-runs in the same process.  Run:
+runs in the same process, the dense and the factor runs interleaved.  The
+machine may be shared, so a last column repeats the comparison on one thread
+in CPU time (``time.thread_time``, 2048 rows), which other processes disturb
+much less.  Run:
 
     .venv/bin/python benchmarks/bench_factor_apply.py            # full table
     .venv/bin/python benchmarks/bench_factor_apply.py --quick    # smaller, for a smoke run
@@ -49,12 +52,14 @@ def qkmeans_factors(K, D, s, rng):
     return SparseFactors([balanced_support(m, n, s, rng) for m, n in shapes], lam=1.0)
 
 
-def best_time(f, repeat):
-    best = np.inf
+def best_times(fs, repeat, clock=time.perf_counter):
+    """Best time of each callable, the callables interleaved (same load on each)."""
+    best = [np.inf] * len(fs)
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
+        for k, f in enumerate(fs):
+            t0 = clock()
+            f()
+            best[k] = min(best[k], clock() - t0)
     return best
 
 
@@ -63,7 +68,8 @@ def run(cases, n_rows, s, repeat, with_scipy):
 
     rng = np.random.default_rng(0)
     head = (f"{'K x D':>12} {'Q':>3} {'nnz':>8} {'dense s':>9} {'factor s':>9} "
-            f"{'time ratio':>10} {'flop ratio':>10}" + (f" {'scipy s':>9}" if with_scipy else ""))
+            f"{'time ratio':>10} {'flop ratio':>10} {'1-thr cpu ratio':>15}"
+            + (f" {'scipy s':>9}" if with_scipy else ""))
     print(head)
     print("-" * len(head))
     for K, D in cases:
@@ -72,15 +78,21 @@ def run(cases, n_rows, s, repeat, with_scipy):
         X = rng.standard_normal((n_rows, D)).astype(np.float32)
         V.apply_rows(X[:64], n_threads=2)  # compile / warm caches
         with threadpool_limits(2):
-            t_dense = best_time(lambda: X @ U.T, repeat)
+            t_dense, t_fac = best_times([lambda: X @ U.T, lambda: V.apply_rows(X, n_threads=2)],
+                                        repeat)
             if with_scipy:
-                t_scipy = best_time(lambda: V.apply_rows(X, method="scipy"), max(1, repeat // 2))
-        t_fac = best_time(lambda: V.apply_rows(X, n_threads=2), repeat)
+                t_scipy, = best_times([lambda: V.apply_rows(X, method="scipy")],
+                                      max(1, repeat // 2))
+        # the same on one thread in CPU time: robust to other processes sharing the cores
+        X1 = X[:2048]
+        with threadpool_limits(1):
+            c_dense, c_fac = best_times([lambda: X1 @ U.T, lambda: V.apply_rows(X1, n_threads=1)],
+                                        repeat, clock=time.thread_time)
         err = np.abs(V.apply_rows(X[:256]) - X[:256] @ U.T).max() / np.abs(X[:256] @ U.T).max()
         assert err < 1e-4, err
         flop_ratio = 2 * K * D / V.flops
         line = (f"{f'{K} x {D}':>12} {V.n_factors:>3} {V.nnz:>8} {t_dense:>9.4f} {t_fac:>9.4f} "
-                f"{t_dense / t_fac:>10.2f} {flop_ratio:>10.1f}")
+                f"{t_dense / t_fac:>10.2f} {flop_ratio:>10.1f} {c_dense / c_fac:>15.2f}")
         if with_scipy:
             line += f" {t_scipy:>9.4f}"
         print(line, flush=True)
@@ -100,9 +112,9 @@ def main(argv=None):
             a.repeat
     import numba
 
-    print(f"# {a.rows} rows, float32, s = 5, 2 threads (numba layer "
-          f"{numba.config.THREADING_LAYER}, {os.cpu_count()} cpus)")
+    print(f"# {a.rows} rows, float32, s = 5, 2 threads, {os.cpu_count()} cpus")
     run(cases, a.rows, 5, repeat, not a.no_scipy)
+    print(f"# numba threading layer: {numba.threading_layer()}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ K-means by learning fast transforms*, Machine Learning 2021 — Section 3
 
 from __future__ import annotations
 
-import io
 import json
 import numbers
 import os
