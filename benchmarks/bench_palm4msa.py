@@ -1,6 +1,6 @@
 """palm4MSA and hierarchical palm4MSA: dqkm against pyfaust, same targets, same iterations.
 
-    .venv/bin/python benchmarks/bench_palm4msa.py [--quick]
+    .venv/bin/python benchmarks/bench_palm4msa.py [--quick] [--hadamard]
 
 Targets (Q = ⌈log2 max(K, D)⌉ factors, Splincol(s) on every factor):
 - 128×784: 128 K-means centroids of sklearn's digits upsampled to 28×28
@@ -15,6 +15,9 @@ residual constraints: Splincol(min(s^(Q-l), min(shape))) for both.
 OMP/OpenBLAS threads are pinned to 1 before numpy is imported (pyfaust's
 fastest setting on this machine, see ANCHORS.md), so both run on one core.
 If pyfaust is missing, dqkm's numbers and the ANCHORS figures are printed.
+Last, hierarchical palm4MSA on the 2^k Hadamard matrix (k = 7, 8; 7 with
+``--quick``; ``--hadamard`` runs only this part), Splincol(2) factors and
+Splincol(n/2^l) residuals, dqkm only.
 """
 
 import os
@@ -145,10 +148,33 @@ def print_row(r, n_iter):
               f"| | {n_iter} max | | | | |", flush=True)
 
 
+def hadamard_rows(ks):
+    from scipy.linalg import hadamard
+
+    from dqkm.kernels import Splincol
+
+    print("| Hadamard n | k factors | dqkm s | relative error | nnz per factor | global iters |")
+    print("|---|---|---|---|---|---|")
+    for k in ks:
+        n = 2**k
+        H = hadamard(n).astype(np.float64)
+        t = time.perf_counter()
+        res = hierarchical_palm4msa(H, [Splincol((n, n), 2)] * k)
+        t = time.perf_counter() - t
+        err = np.linalg.norm(H - res.factors.toarray()) / np.linalg.norm(H)
+        nnz = sorted({S.nnz for S in res.factors.factors})
+        print(f"| {n} | {k} | {t:.2f} | {err:.1e} | {nnz} (2n = {2 * n}) | {res.n_iter} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="digits target, s=5, 50 iterations")
+    ap.add_argument("--hadamard", action="store_true", help="only the Hadamard factorisations")
     args = ap.parse_args()
+    if args.hadamard:
+        hierarchical_palm4msa(np.eye(8), n_iter=2)
+        hadamard_rows([7] if args.quick else [7, 8])
+        return
     n_iter = 50 if args.quick else 300
     pf = load_pyfaust()
     targets = [("digits 128x784", digits_centroids())]
@@ -166,6 +192,8 @@ def main():
         for algo in ("palm4msa", "hierarchical"):
             for s in sparsities:
                 run(label, A, algo, s, n_iter, pf, rows)
+    print()
+    hadamard_rows([7] if args.quick else [7, 8])
 
 
 if __name__ == "__main__":

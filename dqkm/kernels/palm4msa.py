@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .projections import Splincol, _Projection
+from .projections import _as_constraints, _check_int, default_constraints, default_shapes
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
@@ -205,114 +205,6 @@ def _top_eig(G, v):
 
 
 # --------------------------------------------------------------------------- layout
-
-
-def _check_int(value, name, owner, low, high=None):
-    rng = f"[{low}, inf)" if high is None else f"[{low}, {high}]"
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(
-            f"The '{name}' parameter of {owner} must be an int in the range {rng}. "
-            f"Got {value!r} of type {type(value).__name__} instead."
-        )
-    if value < low or (high is not None and value > high):
-        raise ValueError(
-            f"The '{name}' parameter of {owner} must be an int in the range {rng}. "
-            f"Got {value!r} instead."
-        )
-    return int(value)
-
-
-def default_shapes(K, D, n_factors=None):
-    """Factor shapes of the QuicK-means layout for a K×D matrix.
-
-    With ``A = min(K, D)``, ``B = max(K, D)`` and ``Q = n_factors`` (default
-    ``max(1, ⌈log2 B⌉)``): ``S1`` is K×A, the ``Q − 2`` inner factors A×A and
-    ``SQ`` A×D; for ``Q = 1`` the single factor is K×D.
-
-    Parameters
-    ----------
-    K, D : int >= 1
-    n_factors : int >= 1 or None
-
-    Returns
-    -------
-    shapes : list of Q (rows, cols) tuples
-
-    References
-    ----------
-    Giffon et al. (2021), QuicK-means, Sect. 4.1 ("Algorithm settings").
-    """
-    K = _check_int(K, "K", "default_shapes", 1)
-    D = _check_int(D, "D", "default_shapes", 1)
-    a, b = min(K, D), max(K, D)
-    if n_factors is None:
-        n_factors = max(1, math.ceil(math.log2(b)))
-    q = _check_int(n_factors, "n_factors", "default_shapes", 1)
-    if q == 1:
-        return [(K, D)]
-    return [(K, a)] + [(a, a)] * (q - 2) + [(a, D)]
-
-
-def default_constraints(K, D, sparsity=5, n_factors=None):
-    """``Splincol(sparsity)`` on every factor of :func:`default_shapes`.
-
-    ``sparsity`` is capped at each factor's smaller dimension.
-
-    Returns
-    -------
-    constraints : list of Splincol
-    """
-    s = _check_int(sparsity, "sparsity", "default_constraints", 1)
-    return [Splincol(shape, min(s, min(shape))) for shape in default_shapes(K, D, n_factors)]
-
-
-def _as_constraints(spec, K, D, owner):
-    if spec is None:
-        return default_constraints(K, D)
-    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__") or len(spec) == 0:
-        raise TypeError(
-            f"The 'shapes_or_constraints' parameter of {owner} must be None or a non-empty "
-            f"list of (rows, cols) tuples or projection objects. Got {spec!r} instead."
-        )
-    out = []
-    for q, item in enumerate(spec):
-        if isinstance(item, _Projection):
-            out.append(item)
-        else:
-            try:
-                shape = tuple(int(x) for x in item)
-                ok = len(shape) == 2 and min(shape) >= 1 and tuple(item) == shape
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise TypeError(
-                    f"Item {q} of 'shapes_or_constraints' ({owner}) must be a (rows, cols) pair "
-                    f"of positive ints or a projection object (Splincol, Sp, ...). "
-                    f"Got {item!r} instead."
-                )
-            out.append(Splincol(shape, min(5, min(shape))))
-    _check_chain([c.shape for c in out], K, D, owner)
-    return out
-
-
-def _check_chain(shapes, K, D, owner):
-    if shapes[0][0] != K:
-        raise ValueError(
-            f"The factors of {owner} must chain from K={K} rows to D={D} columns; "
-            f"factor 0 has shape {shapes[0]} (its rows must be {K})."
-        )
-    for q in range(1, len(shapes)):
-        if shapes[q][0] != shapes[q - 1][1]:
-            raise ValueError(
-                f"The factors of {owner} do not chain: factor {q - 1} has shape "
-                f"{shapes[q - 1]} but factor {q} has shape {shapes[q]} "
-                f"(its rows must be {shapes[q - 1][1]})."
-            )
-    if shapes[-1][1] != D:
-        raise ValueError(
-            f"The factors of {owner} must chain from K={K} rows to D={D} columns; "
-            f"the last factor has shape {shapes[-1]} (its columns must be {D})."
-        )
 
 
 def _check_target(A, owner):
