@@ -195,6 +195,8 @@ def test_default_n_components_follows_theorem_1():
     ({"n_components": 41, "embedding": "dense"}, ValueError,
      r"range \[n_clusters, n_features\] = \[3, 40\] for embedding='dense'. Got 41 instead."),
     ({"n_components": 2.5}, ValueError, "Got 2.5 instead"),
+    ({"n_clusters": 45, "embedding": "dense"}, ValueError,
+     r"\[n_clusters, n_features\] = \[45, 40\] for embedding='dense'; n_clusters exceeds"),
     ({"n_components": [4]}, TypeError, r"Got \[4\] instead"),
     ({"embedding": "gaussian"}, ValueError,
      r"'embedding' parameter of SparseEmbeddedKMeans must be one of \['dense', 'sparse'\]"),
