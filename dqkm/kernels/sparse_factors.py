@@ -327,9 +327,9 @@ class SparseFactors:
             float32 or float64 (other real dtypes are converted to float64).
             Not modified.
         method : {"auto", "numba", "scipy"}, default="auto"
-            ``"numba"``: the tiled kernel; ``"scipy"``: a chain of CSR
-            products ``lam · (SQ ··· (S1ᵀ ...))`` — the readable reference;
-            ``"auto"``: ``"numba"``.
+            ``"numba"``: the tiled kernel; ``"scipy"``: the readable
+            reference, a chain of CSR products
+            ``lam · (S1 @ (S2 @ ··· (SQ @ Xᵀ)))ᵀ``; ``"auto"``: ``"numba"``.
         n_threads : int or None, default=None
             Threads of the numba kernel.  ``None``: all numba threads
             (``numba.get_num_threads()``) when called from the main thread,
@@ -339,6 +339,13 @@ class SparseFactors:
         Returns
         -------
         ndarray of shape (n_samples, K), dtype of ``X``
+
+        Notes
+        -----
+        The numba kernel adds the terms of every product left to right in
+        CSR order, so a row's result is bit-identical whatever the number of
+        threads and whatever other rows are in the same call; it may differ
+        from ``method="scipy"`` by rounding.  Cost: ``n_samples · flops``.
         """
         if method not in _METHODS:
             raise ValueError(f"The 'method' parameter of SparseFactors.apply_rows must be one "
