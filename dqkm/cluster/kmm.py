@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 
 import numpy as np
 from sklearn.utils import check_array, check_random_state
@@ -93,7 +94,9 @@ class KMultipleMeans(DqkmClusterer):
         with no point), ``beta`` and ``n_components`` (one entry per pass),
         ``step_seconds``, ``n_changed`` (points whose nearest prototype
         changed), ``inner_steps``, ``distances_exact`` / ``distances_total``,
-        ``eig_lemma`` / ``eig_computed`` / ``eig_naive`` / ``eig_pruned``.
+        ``eig_lemma`` / ``eig_computed`` / ``eig_naive`` / ``eig_pruned``,
+        ``f_updates`` (computations of F, i.e. steps with b < c) and
+        ``spectral_seconds`` (driver time in them: Algorithm 2 or the SVD).
     n_iter_ : int
     n_features_in_ : int
 
@@ -242,6 +245,13 @@ class KMultipleMeans(DqkmClusterer):
         rng = np.random.default_rng(np.random.SeedSequence(rs.randint(2**31 - 1)))
         Xd, _ = maybe_persist(Xd, self.persist)
         A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
+        c, ell = self.n_clusters, self.n_neighbors
+        if c * ell > A.shape[0]:
+            warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {A.shape[0]} "
+                          "prototypes: every point links to n_neighbors prototypes, so a "
+                          "cluster needs at least that many and the graph can hardly split "
+                          "into n_clusters components. Use more prototypes or fewer "
+                          "neighbours.", UserWarning, stacklevel=2)
         res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
                   solver=self.solver, mu=mu, V=V, max_iter=self.max_iter,
                   max_inner_iter=self.max_inner_iter, detect_outliers=bool(self.detect_outliers),

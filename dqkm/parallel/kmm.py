@@ -355,7 +355,8 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     comps = components(res["stats"].sts, res["stats"].colsum)
     step = {"beta": [0.0], "n_components": [comps.n_components],
             "seconds": [time.perf_counter() - t0], "exact": res["n_exact"], "pairs": res["n_pairs"],
-            "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0}
+            "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0, "spectral_seconds": 0.0,
+            "f_updates": 0}
 
     def spectral_state(res, comps):
         """D_F's prototype side from the current S: eq. (56) if b ≥ c, else F."""
@@ -388,6 +389,8 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     def do_pass(A, beta, res, comps, new_ref):
         t1 = time.perf_counter()
         kw, U, eig = spectral_state(res, comps)
+        step["spectral_seconds"] += time.perf_counter() - t1
+        step["f_updates"] += int(kw["mode"] != MODE_COMPONENTS)
         new = passes.run(base_state(A, beta, kw.pop("mode"), new_ref=new_ref, **kw), U=U)
         cc = components(new["stats"].sts, new["stats"].colsum)
         step["beta"].append(float(beta))
@@ -410,7 +413,8 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         shift = 0.0
         if t > 1:
             step = {"beta": [], "n_components": [], "seconds": [], "exact": 0, "pairs": 0,
-                    "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0}
+                    "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0, "spectral_seconds": 0.0,
+            "f_updates": 0}
             st = res["stats"]
             new_A = A.copy()
             nz = st.colsum > 0
@@ -434,7 +438,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
                "distances_exact": int(step["exact"]), "distances_total": int(step["pairs"]),
                "eig_lemma": int(step["eig_lemma"]), "eig_computed": int(step["eig_computed"]),
                "eig_naive": int(step["eig_naive"]),
-               "eig_pruned": int(step["eig_naive"] - step["eig_computed"])}
+               "eig_pruned": int(step["eig_naive"] - step["eig_computed"]),
+               "spectral_seconds": float(step["spectral_seconds"]),
+               "f_updates": int(step["f_updates"])}
         history.append(rec)
         logger.info("KMM iteration %d: b=%d, beta=%.4g, objective %.6g, %d changed, %.3fs", t,
                     comps.n_components, beta, objective, rec["n_changed"], rec["seconds"])

@@ -296,3 +296,11 @@ def test_save_and_load(tmp_path, suffix):
     np.testing.assert_array_equal(back.predict(X), est.predict(X))
     np.testing.assert_array_equal(back.similarity_[0], est.similarity_[0])
     assert back.history_[0]["beta"] == est.history_[0]["beta"]
+
+
+def test_warns_when_clusters_cannot_hold_enough_prototypes():
+    X, _ = make_blobs(50, random_state=1)
+    with pytest.warns(UserWarning, match=r"n_clusters \* n_neighbors = 15 exceeds the 12"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            KMultipleMeans(3, max_iter=1, max_inner_iter=2, random_state=0).fit(X)
