@@ -8,13 +8,14 @@ layout every stored value ``S[i, j]`` of a factor is one scaled row-add of
 width ``t`` (``dst[i, :] += S[i, j] · src[j, :]``): contiguous, SIMD-friendly,
 and a gather (each output row is written by one loop, no scatter conflicts),
 using each factor's own CSR arrays — no transposed copy is ever made.  The
-two ``(max dim, t)`` buffers stay in the L2 cache through the whole chain.
+two ``(max dim, ld)`` buffers stay in cache through the whole chain (in the
+L2 up to dimensions of about 500 with float32, in the L3 beyond).
 
 The factors are passed flattened (one array of values, one of column indices,
 one of row pointers, plus offsets per factor) so that one compiled kernel
 serves any number of factors.
 
-All kernels release the GIL; ``_apply_rows_parallel`` splits the tiles over
+All kernels release the GIL; ``apply_rows_parallel`` splits the tiles over
 numba threads (``prange`` over workers, each with its own buffers).
 """
 
@@ -33,10 +34,9 @@ def choose_tile(max_dim, itemsize, n_rows):
     """Rows per tile and the padded row stride of the ``(max_dim, ld)`` buffers.
 
     A tile is 512 bytes of each intermediate row (128 float32 / 64 float64
-    values): LLVM vectorises the width-``t`` loops with 4 interleaved
-    64-byte vectors, so a tile below 256 bytes runs mostly in the scalar
-    remainder loop and 512 bytes measured best on the development machine
-    (AVX-512).  It is halved while the two buffers would exceed 16 MiB.
+    values): LLVM vectorises the width-``t`` loops 4 × 64 bytes at a time,
+    128-byte tiles ran at about half the speed, and 512 bytes measured best
+    on the development machine (AVX-512).  It is halved while the two buffers would exceed 16 MiB.
     The stride ``ld`` is the tile rounded up to an odd number of 64-byte
     cache lines: a power-of-two stride (e.g. 128 float32) made the kernel
     up to 1.6x slower through cache-set and 4K-aliasing conflicts between
