@@ -35,7 +35,7 @@ def _factor_arrays(factors):
 def _factors_from_arrays(arrays):
     import scipy.sparse as sp
 
-    from ..kernels.sparse_factors import SparseFactors
+    from ..kernels import SparseFactors
 
     n = len([k for k in arrays if k.endswith("_shape")])
     mats = [sp.csr_matrix((arrays[f"factor{i}_data"], arrays[f"factor{i}_indices"],
@@ -144,8 +144,7 @@ class QKMeans(KMeans):
         return n_factors
 
     def _factorize(self, centers, constraints):
-        from ..kernels.hierarchical import hierarchical_palm4msa
-        from ..kernels.palm4msa import palm4msa
+        from ..kernels import hierarchical_palm4msa, palm4msa
 
         A = np.asarray(centers, dtype=np.float64)
         if self.init_factorization == "hierarchical":
@@ -153,7 +152,7 @@ class QKMeans(KMeans):
         return palm4msa(A, constraints, n_iter=self.palm_iter_init).factors
 
     def _check_extra_params(self, n_features):
-        from ..kernels.palm4msa import default_constraints
+        from ..kernels import default_constraints
 
         n_factors = self._check_qk_params(n_features)
         self._constraints = default_constraints(self.n_clusters, n_features,
@@ -163,7 +162,7 @@ class QKMeans(KMeans):
         return self._factorize(self._initial_centers(Xd, rng), self._constraints)
 
     def _iterate(self, Xd, state, **kw):
-        from ..kernels.palm4msa import palm4msa
+        from ..kernels import palm4msa
 
         return qkmeans(Xd, state, self._constraints, palm4msa=palm4msa, max_iter=self.max_iter,
                        tol=self.tol, palm_iter=self.palm_iter, split_every=self.split_every, **kw)
@@ -266,6 +265,6 @@ def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchi
     proxy = QKMeans(K, sparsity=sparsity, n_factors=n_factors, init_factorization=method,
                     palm_iter_init=n_iter)
     q = proxy._check_qk_params(D)
-    from ..kernels.palm4msa import default_constraints
+    from ..kernels import default_constraints
 
     return proxy._factorize(C, default_constraints(K, D, sparsity=sparsity, n_factors=q))
