@@ -43,7 +43,7 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
-def spectral(est):
+def f_stats(est):
     return (sum(h["spectral_seconds"] for h in est.history_),
             sum(h["f_updates"] for h in est.history_))
 
@@ -74,7 +74,7 @@ def compare(title, X, y, c, max_iter, *, svd=True, spectral=False, seed=0):
     kw = dict(random_state=seed, max_iter=max_iter)
     fast, t_fast = timed(lambda: dqkm.KMultipleMeans(c, solver="fast", **kw).fit(X))
     p, comp, naive, steps = stats(fast)
-    sf, nf = spectral(fast)
+    sf, nf = f_stats(fast)
     row("dqkm F-KMM (solver='fast')", t_fast, "1.0", nmi(y, fast.labels_), "-",
         f"{100 * p:.1f}%", f"{comp} ({naive})", steps, f"{sf:.2f} ({nf})")
     out = {"fast": t_fast}
@@ -82,7 +82,7 @@ def compare(title, X, y, c, max_iter, *, svd=True, spectral=False, seed=0):
         ref, t_ref = timed(lambda: dqkm.KMultipleMeans(c, solver="svd", **kw).fit(X))
         same = adjusted_rand_score(fast.labels_, ref.labels_) == 1.0
         _, _, _, steps_r = stats(ref)
-        sr, nr = spectral(ref)
+        sr, nr = f_stats(ref)
         row("dqkm KMM reference (solver='svd')", t_ref, f"{t_ref / t_fast:.1f}x", nmi(y, ref.labels_),
             "yes" if same else "NO", "0%", "SVD", steps_r, f"{sr:.2f} ({nr})")
         out.update(svd=t_ref, svd_spectral=sr, svd_updates=nr)
