@@ -1,6 +1,7 @@
 """palm4MSA and hierarchical palm4MSA: dqkm against pyfaust, same targets, same iterations.
 
     .venv/bin/python benchmarks/bench_palm4msa.py [--quick] [--hadamard]
+        [--targets digits,blobs,hadamard] [--no-pyfaust]
 
 Targets (Q = ⌈log2 max(K, D)⌉ factors, Splincol(s) on every factor):
 - 128×784: 128 K-means centroids of sklearn's digits upsampled to 28×28
@@ -170,15 +171,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="digits target, s=5, 50 iterations")
     ap.add_argument("--hadamard", action="store_true", help="only the Hadamard factorisations")
+    ap.add_argument("--targets", default="digits,blobs,hadamard",
+                    help="comma-separated: digits, blobs, hadamard")
+    ap.add_argument("--no-pyfaust", action="store_true",
+                    help="dqkm only; time ratios against the ANCHORS figures")
     args = ap.parse_args()
     if args.hadamard:
         hierarchical_palm4msa(np.eye(8), n_iter=2)
         hadamard_rows([7] if args.quick else [7, 8])
         return
     n_iter = 50 if args.quick else 300
-    pf = load_pyfaust()
-    targets = [("digits 128x784", digits_centroids())]
-    if not args.quick:
+    pf = None if args.no_pyfaust else load_pyfaust()
+    wanted = args.targets.split(",")
+    targets = []
+    if "digits" in wanted:
+        targets.append(("digits 128x784", digits_centroids()))
+    if "blobs" in wanted and not args.quick:
         targets.append(("blobs 256x2048", blob_centres()))
     sparsities = [5] if args.quick else [5, 3]
     print(f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; n_iter={n_iter}; "
@@ -192,8 +200,9 @@ def main():
         for algo in ("palm4msa", "hierarchical"):
             for s in sparsities:
                 run(label, A, algo, s, n_iter, pf, rows)
-    print()
-    hadamard_rows([7] if args.quick else [7, 8])
+    if "hadamard" in wanted or args.quick:
+        print()
+        hadamard_rows([7] if args.quick else [7, 8])
 
 
 if __name__ == "__main__":
