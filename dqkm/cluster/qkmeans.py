@@ -20,31 +20,6 @@ __all__ = ["QKMeans"]
 _INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
 
 
-def _factor_arrays(factors):
-    """The CSR arrays of every factor and λ, for checkpoints and model files."""
-    arrays = {"lam": np.asarray([float(factors.lam)])}
-    for i, S in enumerate(factors.factors):
-        S = S.tocsr()
-        arrays[f"factor{i}_data"] = S.data
-        arrays[f"factor{i}_indices"] = S.indices
-        arrays[f"factor{i}_indptr"] = S.indptr
-        arrays[f"factor{i}_shape"] = np.asarray(S.shape, dtype=np.int64)
-    return arrays
-
-
-def _factors_from_arrays(arrays):
-    import scipy.sparse as sp
-
-    from ..kernels import SparseFactors
-
-    n = len([k for k in arrays if k.endswith("_shape")])
-    mats = [sp.csr_matrix((arrays[f"factor{i}_data"], arrays[f"factor{i}_indices"],
-                           arrays[f"factor{i}_indptr"]),
-                          shape=tuple(int(v) for v in arrays[f"factor{i}_shape"]))
-            for i in range(n)]
-    return SparseFactors(mats, lam=float(np.asarray(arrays["lam"]).reshape(-1)[0]))
-
-
 class QKMeans(KMeans):
     """QuicK-means: centroids V = λ·S1···SQ constrained to sparse factors.
 
@@ -177,11 +152,13 @@ class QKMeans(KMeans):
         return res.factors
 
     def _pack(self, factors):
-        return _factor_arrays(factors)
+        return factors.to_arrays()
 
     def _unpack(self, arrays, prefix):
-        return _factors_from_arrays({k[len(prefix):]: v for k, v in arrays.items()
-                                     if k.startswith(prefix)})
+        from ..kernels import SparseFactors
+
+        return SparseFactors.from_arrays({k[len(prefix):]: v for k, v in arrays.items()
+                                          if k.startswith(prefix)})
 
     def _resumed_result(self, state, meta):
         return QKMeansResult(factors=state, n_iter=meta["iteration"], history=meta["history"],
@@ -221,14 +198,15 @@ class QKMeans(KMeans):
     # ------------------------------------------------------------- save/load
     def _get_state(self):
         arrays, meta = super()._get_state()
-        arrays.update(_factor_arrays(self.factors_))
+        arrays.update({f"factors_{k}": v for k, v in self.factors_.to_arrays().items()})
         meta.update({"flops_": self.flops_, "compression_": self.compression_})
         return arrays, meta
 
     def _set_state(self, arrays, meta):
         arrays = dict(arrays)
-        names = [k for k in arrays if k.startswith("factor") or k == "lam"]
-        self.factors_ = _factors_from_arrays({k: arrays.pop(k) for k in names})
+        self.factors_ = self._unpack(arrays, "factors_")
+        for k in [k for k in arrays if k.startswith("factors_")]:
+            del arrays[k]
         return super()._set_state(arrays, meta)
 
     def __sklearn_is_fitted__(self):

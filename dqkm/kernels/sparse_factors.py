@@ -426,44 +426,59 @@ class SparseFactors:
         return out
 
     # ------------------------------------------------------------ persistence
+    def to_arrays(self):
+        """The operator as plain arrays: ``header`` (JSON as uint8 bytes, with the
+        format version, λ, dtype and shapes) and each factor's CSR arrays.
+
+        Fits in any array container (``.npz``, a Zarr group); see :meth:`from_arrays`.
+        """
+        header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "lam": self._lam,
+                  "dtype": self._dtype.name, "n_factors": self.n_factors,
+                  "shapes": [list(S.shape) for S in self._factors]}
+        arrays = {"header": np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)}
+        for q, S in enumerate(self._factors):
+            arrays[f"factor{q}_data"] = S.data
+            arrays[f"factor{q}_indices"] = S.indices
+            arrays[f"factor{q}_indptr"] = S.indptr
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, arrays, source="arrays"):
+        """Rebuild an operator from :meth:`to_arrays`' output (checked: format, version)."""
+        try:
+            raw = np.asarray(arrays["header"])
+            text = bytes(raw).decode() if raw.dtype == np.uint8 else str(raw[()])
+            header = json.loads(text)
+        except (KeyError, ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"{source!r} is not a SparseFactors file (no valid JSON "
+                             f"header).") from e
+        if header.get("format") != FORMAT_NAME:
+            raise ValueError(f"{source!r} is not a SparseFactors file: format is "
+                             f"{header.get('format')!r}, expected {FORMAT_NAME!r}.")
+        if header.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{source!r} has SparseFactors format version "
+                             f"{header.get('version')!r}; this dqkm reads version "
+                             f"{FORMAT_VERSION}.")
+        mats = [sp.csr_matrix((np.asarray(arrays[f"factor{q}_data"]),
+                               np.asarray(arrays[f"factor{q}_indices"]),
+                               np.asarray(arrays[f"factor{q}_indptr"])), shape=tuple(shape))
+                for q, shape in enumerate(header["shapes"])]
+        return cls(mats, lam=float(header["lam"]))
+
     def save(self, path):
         """Write ``.npz`` arrays (no pickle) with a JSON header carrying a format version.
 
         ``path`` is a filename (used as given, no suffix added) or a binary
         file object.
         """
-        header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "lam": self._lam,
-                  "dtype": self._dtype.name, "n_factors": self.n_factors,
-                  "shapes": [list(S.shape) for S in self._factors]}
-        arrays = {"header": np.array(json.dumps(header))}
-        for q, S in enumerate(self._factors):
-            arrays[f"factor{q}_data"] = S.data
-            arrays[f"factor{q}_indices"] = S.indices
-            arrays[f"factor{q}_indptr"] = S.indptr
         if isinstance(path, (str, os.PathLike)):
             with open(path, "wb") as f:
-                np.savez(f, **arrays)
+                np.savez(f, **self.to_arrays())
         else:
-            np.savez(path, **arrays)
+            np.savez(path, **self.to_arrays())
 
     @classmethod
     def load(cls, path):
         """Read a file written by :meth:`save` (``allow_pickle=False``)."""
         with np.load(path, allow_pickle=False) as z:
-            try:
-                header = json.loads(str(z["header"][()]))
-            except (KeyError, ValueError) as e:
-                raise ValueError(f"{path!r} is not a SparseFactors file (no valid JSON "
-                                 f"header).") from e
-            if header.get("format") != FORMAT_NAME:
-                raise ValueError(f"{path!r} is not a SparseFactors file: format is "
-                                 f"{header.get('format')!r}, expected {FORMAT_NAME!r}.")
-            if header.get("version") != FORMAT_VERSION:
-                raise ValueError(f"{path!r} has SparseFactors format version "
-                                 f"{header.get('version')!r}; this dqkm reads version "
-                                 f"{FORMAT_VERSION}.")
-            mats = []
-            for q, shape in enumerate(header["shapes"]):
-                mats.append(sp.csr_matrix((z[f"factor{q}_data"], z[f"factor{q}_indices"],
-                                           z[f"factor{q}_indptr"]), shape=tuple(shape)))
-        return cls(mats, lam=float(header["lam"]))
+            return cls.from_arrays({k: z[k] for k in z.files}, source=path)

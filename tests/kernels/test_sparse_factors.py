@@ -252,7 +252,7 @@ def test_save_load_round_trip_without_pickle(tmp_path, dtype):
     V.save(path)
     assert path.exists()  # the name is used as given
     with np.load(path, allow_pickle=False) as z:
-        header = json.loads(str(z["header"][()]))
+        header = json.loads(bytes(z["header"]).decode())
         assert header["version"] == 1 and header["n_factors"] == 3
         assert all(z[k].dtype != object for k in z.files)
     W = SparseFactors.load(path)
