@@ -276,7 +276,7 @@ def test_load_rejects_other_files(tmp_path):
     buf.seek(0)
     with np.load(buf) as z:
         arrays = dict(z)
-    h = json.loads(str(arrays["header"][()]))
+    h = json.loads(bytes(arrays["header"]).decode())
     h["version"] = 99
     arrays["header"] = np.array(json.dumps(h))
     np.savez(p, **arrays)
