@@ -53,7 +53,7 @@ def stats(est):
     tot = sum(h["distances_total"] for h in est.history_)
     comp = sum(h["eig_computed"] for h in est.history_)
     naive = sum(h["eig_naive"] for h in est.history_)
-    steps = sum(len(h["beta"]) for h in est.history_)
+    steps = sum(len(h["beta_steps"]) for h in est.history_)
     return 1 - ex / max(tot, 1), comp, naive, steps
 
 

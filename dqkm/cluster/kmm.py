@@ -91,7 +91,9 @@ class KMultipleMeans(DqkmClusterer):
         One dict per outer iteration: ``objective`` (Σ s_ij·D_ij + α‖S‖², the
         objective of eq. 4 at the final S of the iteration), ``shift`` (Σ of
         squared prototype moves), ``seconds``, ``empty_clusters`` (prototypes
-        with no point), ``beta`` and ``n_components`` (one entry per pass),
+        with no point), ``beta`` and ``n_components`` (β and b at the end of the
+        iteration, as :func:`dqkm.monitor.plot_history` reads them),
+        ``beta_steps`` and ``n_components_steps`` (one entry per pass),
         ``step_seconds``, ``n_changed`` (points whose nearest prototype
         changed), ``inner_steps``, ``distances_exact`` / ``distances_total``,
         ``eig_lemma`` / ``eig_computed`` / ``eig_naive`` / ``eig_pruned``,

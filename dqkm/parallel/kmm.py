@@ -92,7 +92,7 @@ def _kmm_chunk(block, prev, U_block, state):
     if prev is None:  # first pass: finiteness, projections, outliers
         if not np.isfinite(X).all():
             bad = "NaN" if np.isnan(X).any() else "infinity"
-            X = np.nan_to_num(X)
+            X = np.where(np.isfinite(X), X, 0)  # the pass still runs; fit raises after it
         lb_rows = project(X, state["mu"], state["V"]) if pruned else None
         skip = np.zeros(n_rows, bool)
     else:
@@ -432,8 +432,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         objective = res["sum_wd"] + alpha * res["sum_w2"]
         rec = {"iteration": t, "objective": float(objective), "shift": shift,
                "seconds": time.perf_counter() - t_it,
-               "empty_clusters": comps.empty.tolist(), "beta": step["beta"],
-               "n_components": step["n_components"], "step_seconds": step["seconds"],
+               "empty_clusters": comps.empty.tolist(), "beta": float(beta),
+               "n_components": int(comps.n_components), "beta_steps": step["beta"],
+               "n_components_steps": step["n_components"], "step_seconds": step["seconds"],
                "n_changed": int(res["changed"]), "inner_steps": inner,
                "distances_exact": int(step["exact"]), "distances_total": int(step["pairs"]),
                "eig_lemma": int(step["eig_lemma"]), "eig_computed": int(step["eig_computed"]),

@@ -50,11 +50,11 @@ def _same_partition(a, b):
 
 
 def _betas(est):
-    return [x for h in est.history_ for x in h["beta"]]
+    return [x for h in est.history_ for x in h["beta_steps"]]
 
 
 def _components(est):
-    return [x for h in est.history_ for x in h["n_components"]]
+    return [x for h in est.history_ for x in h["n_components_steps"]]
 
 
 @pytest.mark.parametrize("name,seed", [("moons", 0), ("moons", 1), ("circles", 0), ("circles", 1),
@@ -83,7 +83,7 @@ def test_eigen_solver_is_used_and_pruned_when_b_is_below_c():
     X, _, c = _data("digits", 0)
     est = KMultipleMeans(c, random_state=0, max_iter=2).fit(X)
     h = est.history_[0]
-    assert min(h["n_components"]) < c  # the run went through b < c steps
+    assert min(h["n_components_steps"]) < c  # the run went through b < c steps
     assert h["eig_computed"] > 0
     assert h["eig_pruned"] > 0 and h["eig_computed"] < h["eig_naive"]
 
@@ -106,14 +106,22 @@ def test_history_records():
     assert len(est.history_) == est.n_iter_
     for h in est.history_:
         for key in ("objective", "shift", "seconds", "empty_clusters", "beta", "n_components",
-                    "step_seconds", "distances_exact", "distances_total", "eig_computed",
-                    "eig_pruned", "n_changed"):
+                    "beta_steps", "n_components_steps", "step_seconds", "distances_exact",
+                    "distances_total", "eig_computed", "eig_pruned", "n_changed"):
             assert key in h
-        assert len(h["beta"]) == len(h["n_components"]) == len(h["step_seconds"])
-        assert h["n_components"][-1] == c
-    assert est.history_[0]["beta"][:2] == [0.0, est.alpha_ * 2 ** (
-        1 if est.history_[0]["n_components"][0] < c else -1)] or \
-        est.history_[0]["n_components"][0] == c
+        assert len(h["beta_steps"]) == len(h["n_components_steps"]) == len(h["step_seconds"])
+        assert h["n_components"] == h["n_components_steps"][-1] == c
+        assert h["beta"] == h["beta_steps"][-1]
+    first = est.history_[0]
+    assert first["beta_steps"][0] == 0.0  # Algorithm 4, line 8
+    if first["n_components_steps"][0] != c:  # β = α, then doubled or halved
+        factor = 2.0 if first["n_components_steps"][0] < c else 0.5
+        assert first["beta_steps"][1] == est.alpha_ * factor
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = dqkm.monitor.plot_history(est)  # β and b panels from the scalar keys
+    assert fig is not None
     assert est.history_[0]["shift"] == 0 and est.history_[1]["shift"] > 0
 
 
@@ -330,7 +338,7 @@ def test_sklearn_check_estimator():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = check_estimator(KMultipleMeans(max_iter=1, max_inner_iter=4),
+        results = check_estimator(KMultipleMeans(max_iter=1, max_inner_iter=2),
                                   expected_failed_checks=EXPECTED_FAILED_CHECKS, on_fail=None)
     bad = [(r["check_name"], str(r["exception"])[:200]) for r in results
            if r["status"] == "failed"]
