@@ -119,6 +119,9 @@ def main(argv=None):
         t_q, (_, ind) = best_time(lambda i=idx: i.kneighbors(Q, 1))
         recall = float(np.mean(ind[:nb, 0] == exact))
         results[name] = (t_q, t_pred, recall)
+        sizes = idx.cluster_sizes_.astype(np.float64)
+        print(f"{name} index: largest cluster {int(sizes.max())} rows (mean {sizes.mean():.0f}); "
+              f"rows scanned per query Σn_c²/n = {(sizes ** 2).sum() / sizes.sum():,.0f}")
         rows.append((f"ClusterIndex({name})", nq / t_q, recall, model_flops(model)))
     print()
     print("| method | queries / s | recall@1 | flops of the assignment |")
