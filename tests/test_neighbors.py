@@ -167,3 +167,18 @@ def test_bad_input(blobs, fitted_km):
         idx.predict(Q)
     with pytest.raises(ValueError, match=r"y must have shape \(n_samples,\) = \(1200,\)"):
         ClusterIndex(fitted_km).fit(X, np.zeros(5))
+
+
+def test_graph_broadcasts_index_once_and_inputs_unchanged(blobs, fitted_km):
+    X, y, Q, _ = blobs
+    X0, Q0 = X.copy(), Q.copy()
+    idx = ClusterIndex(fitted_km, n_probe=2).fit(X, y)
+    Qd = da.from_array(Q, chunks=60)  # 5 blocks
+    dist, ind = idx.kneighbors(Qd, 3)
+    graph = dict(ind.__dask_graph__())
+    names = [k if isinstance(k, str) else k[0] for k in graph]
+    assert sum(n.startswith("dqkm-cluster-index") for n in names) == 1
+    assert sum(n.startswith("dqkm-search") for n in names) == Qd.numblocks[0]
+    idx.predict(Q)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(Q, Q0)
