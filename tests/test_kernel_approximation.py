@@ -201,3 +201,17 @@ def test_hadamard_landmarks_padded_dimension():
     Xd = da.from_array(X, chunks=(70, -1))
     dense = FactorNystroem(fn.components_, gamma=0.02).fit(X)
     np.testing.assert_allclose(fn.transform(Xd).compute(), dense.transform(X), atol=1e-9)
+
+
+def test_transform_from_zarr_store(tmp_path, digits, km64):
+    import zarr
+
+    from dqkm.io import save_array
+
+    X = digits.astype(np.float32)
+    save_array(X, tmp_path / "X.zarr")
+    z = zarr.open_array(str(tmp_path / "X.zarr"), mode="r")
+    fn = FactorNystroem(km64).fit(X)
+    out = fn.transform(z)
+    assert isinstance(out, da.Array)
+    np.testing.assert_allclose(out.compute(), fn.transform(X), rtol=1e-5, atol=1e-6)
