@@ -149,32 +149,20 @@ def project(X, mu, V):
     return xt, np.sqrt(np.einsum("ij,ij->i", r, r)), np.einsum("ij,ij->i", Xc, Xc)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
 def _sqdist(X, i, A, j):
-    """‖X[i] − A[j]‖² in float64, four interleaved partial sums (a fixed
-    summation order: the same bits at every call site, and 4 independent
-    dependency chains instead of one)."""
-    d = X.shape[1]
-    s0 = 0.0
-    s1 = 0.0
-    s2 = 0.0
-    s3 = 0.0
-    k = 0
-    while k + 4 <= d:
-        t0 = np.float64(X[i, k]) - A[j, k]
-        t1 = np.float64(X[i, k + 1]) - A[j, k + 1]
-        t2 = np.float64(X[i, k + 2]) - A[j, k + 2]
-        t3 = np.float64(X[i, k + 3]) - A[j, k + 3]
-        s0 += t0 * t0
-        s1 += t1 * t1
-        s2 += t2 * t2
-        s3 += t3 * t3
-        k += 4
-    while k < d:
-        t0 = np.float64(X[i, k]) - A[j, k]
-        s0 += t0 * t0
-        k += 1
-    return (s0 + s1) + (s2 + s3)
+    """‖X[i] − A[j]‖² in float64.
+
+    Reassociation lets LLVM vectorise the sum.  The summation order is then
+    whatever the compiled loop does, so :func:`_neighbors_loop` calls this
+    from exactly one place: both solvers run the same machine code and a pair
+    computed by both gets the same bits.
+    """
+    s = 0.0
+    for k in range(X.shape[1]):
+        t = np.float64(X[i, k]) - A[j, k]
+        s += t * t
+    return s
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -248,41 +236,43 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, 
             topJ[k] = m
             topE[k] = np.inf
         _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, dfv)
-        if not pruned:
-            for j in range(m):
-                e = _sqdist(X, i, A, j)
-                _insert(topD, topJ, topE, e + dfv[j], j, e)
-            n_exact += m
-        else:
-            # Lemma 4.10 lower bound (Euclidean part, less the float slack, in lbe)
+        if pruned:
+            # Lemma 4.10 lower bound (Euclidean part from the tile GEMM), less the slack
             for k in range(L):
                 seedD[k] = np.inf
                 seedJ[k] = m
                 seedE[k] = 0.0
+            xi = xtn[i] - margin * xn2[i]
+            pi = xperp[i]
+            for j in range(m):  # branch-free: vectorised
+                t = pi - aperp[j]
+                lbm[j] = xi + atn[j] - 2.0 * xa[i, j] + t * t + dfv[j] - margin * an2[j]
             for j in range(m):
-                t = xperp[i] - aperp[j]
-                v = (xtn[i] + atn[j] - 2.0 * xa[i, j] + t * t + dfv[j]
-                     - margin * (xn2[i] + an2[j]))
-                lbm[j] = v
-                if v <= seedD[L - 1]:
+                v = lbm[j]
+                if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
                     _insert(seedD, seedJ, seedE, v, j, 0.0)
-            # exact distances for the l+1 smallest bounds first, then for every
-            # prototype whose bound does not exceed the current (l+1)-th distance
-            for k in range(L):
-                j = seedJ[k]
+        # exact distances: every prototype (reference), or the l+1 smallest bounds
+        # first and then every prototype whose bound does not exceed the current
+        # (l+1)-th distance (Algorithm 3).  One call site for the exact distance.
+        for t in range(L + m if pruned else m):
+            if not pruned:
+                j = t
+            elif t < L:
+                j = seedJ[t]
                 if j >= m:
                     continue
-                e = _sqdist(X, i, A, j)
-                n_exact += 1
                 seen[j] = True
-                _insert(topD, topJ, topE, e + dfv[j], j, e)
-            for j in range(m):
-                if seen[j]:
+            else:
+                j = t - L
+                if seen[j] or lbm[j] > topD[L - 1]:
                     continue
-                if lbm[j] <= topD[L - 1]:
-                    e = _sqdist(X, i, A, j)
-                    n_exact += 1
-                    _insert(topD, topJ, topE, e + dfv[j], j, e)
+            e = _sqdist(X, i, A, j)
+            n_exact += 1
+            D = e + dfv[j]
+            # the test of _insert, repeated here: calling it costs ~10x more
+            if D < topD[L - 1] or (D == topD[L - 1] and j < topJ[L - 1]):
+                _insert(topD, topJ, topE, D, j, e)
+        if pruned:
             for k in range(L):
                 j = seedJ[k]
                 if j < m:
