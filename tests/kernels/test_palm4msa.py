@@ -154,8 +154,10 @@ def test_hierarchical_default_layout_with_fixed_left(centroids):
     res = hierarchical_palm4msa(w[:, None] * A, n_iter=40, fixed_left=w)
     assert res.errors.shape == (res.n_iter + 1,)
     assert _exact(w[:, None] * A, res, fixed_left=w) == pytest.approx(res.errors[-1], rel=1e-9)
+    # the hierarchical heuristic beats plain palm4MSA from its default start here
+    # (measured 0.09 vs 0.20 relative error)
     plain = palm4msa(w[:, None] * A, n_iter=40, fixed_left=w)
-    assert res.errors[-1] < plain.errors[0]
+    assert res.errors[-1] < 0.75 * plain.errors[-1]
 
 
 def test_bad_inputs():
