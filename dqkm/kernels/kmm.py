@@ -184,10 +184,13 @@ def _insert(topD, topJ, topE, D, j, E):  # OUT topD, topJ, topE
 
 
 @njit(cache=True, nogil=True)
-def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, out):  # OUT out
-    """β·D_F[i, j] for every prototype j (eqs. 11, 50, 56)."""
+def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, FG, f2, g2, out):  # OUT out
+    """β·D_F[i, j] for every prototype j (eqs. 11, 50, 56).
+
+    ``‖f − g‖²`` is taken as ``‖f‖² + ‖g‖² − 2 f·g`` with ``f·g`` from one GEMM
+    per tile (``FG``), clamped at 0.
+    """
     m = out.shape[0]
-    k = F.shape[1]
     if mode == 0:
         for j in range(m):
             out[j] = 0.0
@@ -198,17 +201,14 @@ def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, out):  # OUT 
         if mode == 1:  # eq. (56)
             v = 0.0 if same else 0.5 * (pinv[i] + qinv[j])
         elif mode == 3 or same:  # eq. (11) on all columns / eq. (50), same component
-            v = 0.0
-            for t in range(k):
-                u = F[i, t] - G[j, t]
-                v += u * u
+            v = max(f2[i] + g2[j] - 2.0 * FG[i, j], 0.0)
         else:  # eq. (50), different components
             v = 0.5 * (pinv[i] + qinv[j]) + f2[i] + g2[j]
         out[j] = beta * v
 
 
 @njit(cache=True, nogil=True)
-def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, g2,
+def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2,
                     pruned, xa, xtn, atn, xperp, aperp, xn2, an2, margin,
                     idx, dist, de):  # OUT idx, dist, de
     n = X.shape[0]
@@ -235,7 +235,7 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, G, f2, 
             topD[k] = np.inf
             topJ[k] = m
             topE[k] = np.inf
-        _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, F, G, f2, g2, dfv)
+        _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, FG, f2, g2, dfv)
         if pruned:
             # Lemma 4.10 lower bound (Euclidean part from the tile GEMM), less the slack
             for k in range(L):
@@ -343,9 +343,10 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         # ‖x̃ − ã‖² = ‖x̃‖² + ‖ã‖² − 2 x̃·ã with one GEMM per tile; its rounding
         # error (≲ 1e-15·(‖x − μ‖² + ‖a − μ‖²)) is far inside the margin
         xa = xt[r0:r1] @ at.T if pruned else empty
+        FG = F[r0:r1] @ G.T if term.mode in (MODE_EXTRA, MODE_FULL) else empty
         n_exact += _neighbors_loop(
             X[r0:r1], A, skip[r0:r1], int(term.mode), float(term.beta), pcomp[r0:r1],
-            pinv[r0:r1], qcomp, qinv, F[r0:r1], G, f2[r0:r1], g2, bool(pruned),
+            pinv[r0:r1], qcomp, qinv, np.ascontiguousarray(FG), f2[r0:r1], g2, bool(pruned),
             np.ascontiguousarray(xa), xtn[r0:r1], atn, xperp[r0:r1], aperp, xn2[r0:r1], an2,
             LB_MARGIN, idx[r0:r1], dist[r0:r1], de[r0:r1])
     return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
