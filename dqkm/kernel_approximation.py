@@ -301,6 +301,19 @@ class FactorNystroem(TransformerMixin, BaseEstimator):
             return out
         return np.asarray(compute(out, n_tasks=out.numblocks[0])[0])
 
+    def __sklearn_clone__(self):
+        """Clone the parameters but keep a fitted landmark estimator as is (it is an
+        input, read only), so that pipelines and grid searches can clone this
+        transformer without unfitting its landmarks."""
+        from sklearn.base import clone
+
+        params = self.get_params(deep=False)
+        lm = params.pop("landmarks")
+        params = {k: clone(v, safe=False) for k, v in params.items()}
+        if not (hasattr(lm, "fit") and not _is_operator(lm)):
+            lm = clone(lm, safe=False)
+        return type(self)(lm, **params)
+
     @property
     def _n_features_out(self):
         return self.n_components_

@@ -215,3 +215,22 @@ def test_transform_from_zarr_store(tmp_path, digits, km64):
     out = fn.transform(z)
     assert isinstance(out, da.Array)
     np.testing.assert_allclose(out.compute(), fn.transform(X), rtol=1e-5, atol=1e-6)
+
+
+def test_clone_keeps_fitted_landmarks_for_pipelines(digits, km64):
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.svm import LinearSVC
+
+    fn = FactorNystroem(km64, gamma=0.05)
+    twin = clone(fn)
+    assert twin.landmarks is km64 and twin.gamma == 0.05
+    np.testing.assert_allclose(twin.fit(digits).transform(digits[:5]),
+                               fn.fit(digits).transform(digits[:5]))
+    y = load_digits().target
+    scores = cross_val_score(make_pipeline(FactorNystroem(km64), LinearSVC(max_iter=200)),
+                             digits, y, cv=2)
+    assert scores.min() > 0.8
+    uni = FactorNystroem("uniform", n_components=7)
+    assert clone(uni).get_params() == uni.get_params()
