@@ -118,6 +118,14 @@ class ClusterIndex(BaseEstimator):
                             f"clustering estimator with fit and predict (e.g. dqkm.KMeans). "
                             f"Got {c!r} instead.")
 
+    def __sklearn_clone__(self):
+        """Clone the parameters but keep a fitted clusterer as is (read only), so that a
+        clone searches the same partition instead of refitting it."""
+        params = self.get_params(deep=False)
+        c = params.pop("clusterer")
+        params = {k: clone(v, safe=False) for k, v in params.items()}
+        return type(self)(c if _is_fitted(c) else clone(c), **params)
+
     # ------------------------------------------------------------------- fit
     def fit(self, X, y=None):
         """Fit the clusterer if needed and build the inverted index of X.

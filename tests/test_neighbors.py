@@ -182,3 +182,14 @@ def test_graph_broadcasts_index_once_and_inputs_unchanged(blobs, fitted_km):
     idx.predict(Q)
     np.testing.assert_array_equal(X, X0)
     np.testing.assert_array_equal(Q, Q0)
+
+
+def test_clone_keeps_a_fitted_clusterer(blobs, fitted_km):
+    from sklearn.base import clone
+
+    X, y, Q, yq = blobs
+    twin = clone(ClusterIndex(fitted_km, n_probe=2))
+    assert twin.clusterer is fitted_km and twin.n_probe == 2
+    assert twin.fit(X, y).clusterer_ is fitted_km
+    unfitted = dqkm.KMeans(8, random_state=0)
+    assert clone(ClusterIndex(unfitted)).clusterer is not unfitted
