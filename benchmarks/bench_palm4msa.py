@@ -1,7 +1,7 @@
 """palm4MSA and hierarchical palm4MSA: dqkm against pyfaust, same targets, same iterations.
 
     .venv/bin/python benchmarks/bench_palm4msa.py [--quick] [--hadamard]
-        [--targets digits,blobs,hadamard] [--no-pyfaust]
+        [--targets digits,blobs,hadamard] [--algos palm4msa,hierarchical] [--no-pyfaust]
 
 Targets (Q = ⌈log2 max(K, D)⌉ factors, Splincol(s) on every factor):
 - 128×784: 128 K-means centroids of sklearn's digits upsampled to 28×28
@@ -177,6 +177,8 @@ def main():
     ap.add_argument("--hadamard", action="store_true", help="only the Hadamard factorisations")
     ap.add_argument("--targets", default="digits,blobs,hadamard",
                     help="comma-separated: digits, blobs, hadamard")
+    ap.add_argument("--algos", default="palm4msa,hierarchical",
+                    help="comma-separated: palm4msa, hierarchical")
     ap.add_argument("--no-pyfaust", action="store_true",
                     help="dqkm only; time ratios against the ANCHORS figures")
     args = ap.parse_args()
@@ -201,7 +203,7 @@ def main():
     hierarchical_palm4msa(np.eye(8), n_iter=2)
     rows = []
     for label, A in targets:
-        for algo in ("palm4msa", "hierarchical"):
+        for algo in [a for a in ("palm4msa", "hierarchical") if a in args.algos.split(",")]:
             for s in sparsities:
                 run(label, A, algo, s, n_iter, pf, rows)
     if "hadamard" in wanted or args.quick:
