@@ -21,75 +21,25 @@ _TILE = 256
 
 
 @njit(nogil=True, cache=True)
-def _lloyd_tile_loop(X, centers, center_norms, sums, counts, labels, mind):  # OUT sums, counts, labels, mind
-    n, d = X.shape
-    k = centers.shape[0]
-    ct = centers.T
+def _finish_rows(X, g, start, center_norms, centers, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
+    """Rows ``start … start + len(g)`` of X, given their products ``g`` with the centers.
+
+    label = argmin_k ‖c_k‖² − 2·g[i, k] (the lower index wins ties); then, in
+    one loop over the row, the exact ‖x − c_label‖² in float64 and (with
+    ``with_sums``) the row added to its cluster's float64 sum.
+    """
+    d = X.shape[1]
+    k = g.shape[1]
     objective = 0.0
-    for start in range(0, n, _TILE):
-        stop = min(start + _TILE, n)
-        g = np.dot(X[start:stop], ct)
-        for i in range(stop - start):
-            best = np.inf
-            arg = 0
-            for j in range(k):
-                v = center_norms[j] - 2.0 * g[i, j]
-                if v < best:
-                    best = v
-                    arg = j
-            r = start + i
-            labels[r] = arg
-            counts[arg] += 1
-            # exact ‖x − c‖² in float64 (no cancellation), fused with the sums
-            dist = 0.0
-            for f in range(d):
-                xv = X[r, f]
-                sums[arg, f] += xv
-                diff = np.float64(xv) - np.float64(centers[arg, f])
-                dist += diff * diff
-            mind[r] = dist
-            objective += dist
-    return objective
-
-
-@njit(nogil=True, cache=True)
-def _assign_tile_loop(X, centers, center_norms, labels, mind):  # OUT labels, mind
-    n, d = X.shape
-    k = centers.shape[0]
-    ct = centers.T
-    for start in range(0, n, _TILE):
-        stop = min(start + _TILE, n)
-        g = np.dot(X[start:stop], ct)
-        for i in range(stop - start):
-            best = np.inf
-            arg = 0
-            for j in range(k):
-                v = center_norms[j] - 2.0 * g[i, j]
-                if v < best:
-                    best = v
-                    arg = j
-            r = start + i
-            labels[r] = arg
-            dist = 0.0
-            for f in range(d):
-                diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
-                dist += diff * diff
-            mind[r] = dist
-
-
-@njit(nogil=True, cache=True)
-def _from_products_loop(X, G, center_norms, centers, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
-    n, d = X.shape
-    k = G.shape[1]
-    objective = 0.0
-    for r in range(n):
+    for i in range(g.shape[0]):
         best = np.inf
         arg = 0
         for j in range(k):
-            v = center_norms[j] - 2.0 * G[r, j]
+            v = center_norms[j] - 2.0 * g[i, j]
             if v < best:
                 best = v
                 arg = j
+        r = start + i
         labels[r] = arg
         dist = 0.0
         if with_sums:
@@ -108,33 +58,25 @@ def _from_products_loop(X, G, center_norms, centers, sums, counts, labels, mind,
     return objective
 
 
-def partials_from_products(X, G, center_norms, centers, *, with_sums=True):
-    """Finish a Lloyd step from precomputed products ``G = X·Cᵀ``.
+@njit(nogil=True, cache=True)
+def _tiled(X, centers, center_norms, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
+    """One GEMM per tile of ``_TILE`` rows, finished while the tile is in cache."""
+    n = X.shape[0]
+    ct = centers.T
+    objective = 0.0
+    for start in range(0, n, _TILE):
+        stop = min(start + _TILE, n)
+        g = np.dot(X[start:stop], ct)
+        objective += _finish_rows(X, g, start, center_norms, centers, sums, counts, labels,
+                                  mind, with_sums)
+    return objective
 
-    Used when the centers are a fast operator (QK-means's sparse factors):
-    the operator computes ``G`` cheaply, this kernel takes the argmin of
-    ``‖c‖² − 2G`` and accumulates the sums, counts and the exact objective
-    (``centers`` is the dense form of the operator, read once per row).
 
-    Returns the same tuple as :func:`lloyd_partials`:
-    ``(sums, counts, objective, labels, min_sq_dist)``; with
-    ``with_sums=False`` the sums and counts are zero.
-    """
-    X, centers = _prepare(X, centers)
-    G = np.ascontiguousarray(G)
-    n, d = X.shape
-    k = centers.shape[0]
-    if G.shape != (n, k):
-        raise ValueError(f"G must have shape (n_rows, n_clusters) = {(n, k)}; got {G.shape}.")
-    sums = np.zeros((k, d), dtype=np.float64)
-    counts = np.zeros(k, dtype=np.int64)
-    labels = np.empty(n, dtype=np.int32)
-    mind = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return sums, counts, 0.0, labels, mind
-    norms = np.ascontiguousarray(center_norms, dtype=G.dtype)
-    obj = _from_products_loop(X, G, norms, centers, sums, counts, labels, mind, with_sums)
-    return sums, counts, float(obj), labels, mind
+def _outputs(n, k, d, with_sums):
+    """Zeroed sums/counts (empty when not accumulated), labels, distances."""
+    shape = (k, d) if with_sums else (0, 0)
+    return (np.zeros(shape, dtype=np.float64), np.zeros(shape[0], dtype=np.int64),
+            np.empty(n, dtype=np.int32), np.empty(n, dtype=np.float64))
 
 
 def squared_norms(A):
@@ -175,15 +117,10 @@ def lloyd_partials(X, centers):
     min_sq_dist : ndarray of shape (n_rows,), float64
     """
     X, centers = _prepare(X, centers)
-    n, d = X.shape
-    k = centers.shape[0]
-    sums = np.zeros((k, d), dtype=np.float64)
-    counts = np.zeros(k, dtype=np.int64)
-    labels = np.empty(n, dtype=np.int32)
-    mind = np.empty(n, dtype=np.float64)
-    if n == 0:
-        return sums, counts, 0.0, labels, mind
-    obj = _lloyd_tile_loop(X, centers, squared_norms(centers), sums, counts, labels, mind)
+    sums, counts, labels, mind = _outputs(X.shape[0], centers.shape[0], X.shape[1], True)
+    obj = 0.0
+    if X.shape[0]:
+        obj = _tiled(X, centers, squared_norms(centers), sums, counts, labels, mind, True)
     return sums, counts, float(obj), labels, mind
 
 
@@ -196,9 +133,32 @@ def assign_labels(X, centers):
     min_sq_dist : ndarray of shape (n_rows,), float64
     """
     X, centers = _prepare(X, centers)
-    n = X.shape[0]
-    labels = np.empty(n, dtype=np.int32)
-    mind = np.empty(n, dtype=np.float64)
-    if n:
-        _assign_tile_loop(X, centers, squared_norms(centers), labels, mind)
+    sums, counts, labels, mind = _outputs(X.shape[0], centers.shape[0], X.shape[1], False)
+    if X.shape[0]:
+        _tiled(X, centers, squared_norms(centers), sums, counts, labels, mind, False)
     return labels, mind
+
+
+def partials_from_products(X, G, center_norms, centers, *, with_sums=True):
+    """Finish a Lloyd step from precomputed products ``G = X·Cᵀ``.
+
+    Used when the centers are a fast operator (QK-means's sparse factors):
+    the operator computes ``G`` cheaply, this kernel takes the argmin of
+    ``‖c‖² − 2G`` and accumulates the sums, counts and the exact objective
+    (``centers`` is the dense form of the operator, read once per row).
+
+    Returns the same tuple as :func:`lloyd_partials`:
+    ``(sums, counts, objective, labels, min_sq_dist)``; with
+    ``with_sums=False`` the sums and counts are zero.
+    """
+    X, centers = _prepare(X, centers)
+    G = np.ascontiguousarray(G)
+    n, k = X.shape[0], centers.shape[0]
+    if G.shape != (n, k):
+        raise ValueError(f"G must have shape (n_rows, n_clusters) = {(n, k)}; got {G.shape}.")
+    sums, counts, labels, mind = _outputs(n, k, X.shape[1], True)
+    obj = 0.0
+    if n:
+        norms = np.ascontiguousarray(center_norms, dtype=G.dtype)
+        obj = _finish_rows(X, G, 0, norms, centers, sums, counts, labels, mind, with_sums)
+    return sums, counts, float(obj), labels, mind
