@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 
 import numpy as np
 import scipy.sparse as sp
@@ -12,7 +11,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.engine import SchedulerLostError, maybe_persist
-from ..parallel.lloyd import (LloydResult, assign, inertia, kmeans_parallel_init, lloyd,
+from ..parallel.lloyd import (IterationResult, assign, inertia, kmeans_parallel_init, lloyd,
                               min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
 from ._checkpoint import Checkpoint
@@ -204,7 +203,7 @@ class KMeans(DqkmClusterer):
         # With a zero shift the last pass already used the final centers.
         if res.shift == 0:
             return res.last_objective
-        return inertia(Xd, res.centers, split_every=self.split_every)
+        return inertia(Xd, res.state, split_every=self.split_every)
 
     def _pack(self, state):
         return {"centers": np.asarray(state)}
@@ -213,12 +212,12 @@ class KMeans(DqkmClusterer):
         return arrays[prefix + "centers"]
 
     def _resumed_result(self, state, meta):
-        return LloydResult(centers=state, n_iter=meta["iteration"], history=meta["history"],
-                           converged=meta["converged"], last_objective=meta["last_objective"],
-                           shift=meta["shift"])
+        return IterationResult(state=state, n_iter=meta["iteration"], history=meta["history"],
+                               converged=meta["converged"],
+                               last_objective=meta["last_objective"], shift=meta["shift"])
 
     def _set_fitted(self, Xd, lazy, value, res):
-        self.cluster_centers_ = res.centers
+        self.cluster_centers_ = res.state
         self.inertia_ = float(value)
         self.n_iter_ = int(res.n_iter)
         self.history_ = res.history
@@ -270,7 +269,7 @@ class KMeans(DqkmClusterer):
                 best_meta = None
                 if best is not None:
                     arrays.update({f"best_{k}": v for k, v in self._pack(
-                        self._result_state(best[1])).items()})
+                        best[1].state).items()})
                     best_meta = {"value": best[0], "iteration": best[1].n_iter,
                                  "history": best[1].history, "converged": best[1].converged,
                                  "last_objective": best[1].last_objective,
@@ -303,10 +302,6 @@ class KMeans(DqkmClusterer):
                 best = (value, res)
         del self._current_history
         return best
-
-    @staticmethod
-    def _result_state(res):
-        return res.centers
 
     def fit_predict(self, X, y=None, **kwargs):
         return self.fit(X, **kwargs).labels_

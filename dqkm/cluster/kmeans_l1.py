@@ -69,7 +69,7 @@ class KMeansL1(KMeans):
 
     def _set_fitted(self, Xd, lazy, value, res):
         super()._set_fitted(Xd, lazy, value, res)
-        self.nnz_ = int(np.count_nonzero(res.centers))
+        self.nnz_ = int(np.count_nonzero(res.state))
 
     def _get_state(self):
         arrays, meta = super()._get_state()

@@ -8,8 +8,7 @@ import math
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..parallel.qkmeans import (QKMeansResult, assign_factors, factor_distances, factor_inertia,
-                                qkmeans)
+from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans
 from ._base import check_param
 from .kmeans import KMeans
 
@@ -88,21 +87,14 @@ class QKMeans(KMeans):
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
                  max_iter=300, tol=1e-4, random_state=None, persist="auto", split_every=None,
                  n_init="auto", oversampling_factor=2.0, init_max_iter=None):
-        self.n_clusters = n_clusters
+        super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
+                         random_state=random_state, persist=persist, split_every=split_every,
+                         oversampling_factor=oversampling_factor, init_max_iter=init_max_iter)
         self.sparsity = sparsity
         self.n_factors = n_factors
-        self.init = init
         self.init_factorization = init_factorization
         self.palm_iter = palm_iter
         self.palm_iter_init = palm_iter_init
-        self.max_iter = max_iter
-        self.tol = tol
-        self.random_state = random_state
-        self.persist = persist
-        self.split_every = split_every
-        self.n_init = n_init
-        self.oversampling_factor = oversampling_factor
-        self.init_max_iter = init_max_iter
 
     def _check_qk_params(self, n_features):
         owner = type(self).__name__
@@ -145,11 +137,7 @@ class QKMeans(KMeans):
     def _final_value(self, Xd, res):
         if res.shift == 0:
             return res.last_objective
-        return factor_inertia(Xd, res.factors, split_every=self.split_every)
-
-    @staticmethod
-    def _result_state(res):
-        return res.factors
+        return factor_inertia(Xd, res.state, split_every=self.split_every)
 
     def _pack(self, factors):
         return factors.to_arrays()
@@ -160,19 +148,14 @@ class QKMeans(KMeans):
         return SparseFactors.from_arrays({k[len(prefix):]: v for k, v in arrays.items()
                                           if k.startswith(prefix)})
 
-    def _resumed_result(self, state, meta):
-        return QKMeansResult(factors=state, n_iter=meta["iteration"], history=meta["history"],
-                             converged=meta["converged"], last_objective=meta["last_objective"],
-                             shift=meta["shift"])
-
     def _set_fitted(self, Xd, lazy, value, res):
-        self.factors_ = res.factors
-        self.cluster_centers_ = np.asarray(res.factors.toarray(), dtype=Xd.dtype)
+        self.factors_ = res.state
+        self.cluster_centers_ = np.asarray(res.state.toarray(), dtype=Xd.dtype)
         self.inertia_ = float(value)
         self.n_iter_ = int(res.n_iter)
         self.history_ = res.history
-        self.flops_ = int(res.factors.flops)
-        self.compression_ = float(res.factors.compression)
+        self.flops_ = int(res.state.flops)
+        self.compression_ = float(res.state.compression)
         self.labels_ = self._output(assign_factors(Xd, self.factors_), lazy)
         del self._constraints
 

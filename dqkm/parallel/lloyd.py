@@ -11,7 +11,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
@@ -21,8 +20,8 @@ from .engine import broadcast, compute, map_blocks_reduce
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LloydResult", "lloyd", "lloyd_pass", "assign", "inertia", "sample_rows",
-           "kmeans_parallel_init", "data_moments"]
+__all__ = ["IterationResult", "lloyd", "lloyd_pass", "assign", "inertia", "sample_rows",
+           "kmeans_parallel_init"]
 
 
 # --------------------------------------------------------------------------- chunk level
@@ -132,15 +131,22 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
 
 # --------------------------------------------------------------------------- the loop
 @dataclass(frozen=True)
-class LloydResult:
-    centers: np.ndarray
+class IterationResult:
+    """What an iteration driver returns (Lloyd's, QK-means's, ...).
+
+    ``state`` is the driver's final state: the centers for Lloyd, the
+    ``SparseFactors`` for QK-means.  ``last_objective`` is the objective of
+    the last pass (w.r.t. the state that pass started from) and ``shift`` the
+    last squared change of the state; a zero shift means the last pass already
+    used the final state.
+    """
+
+    state: object
     n_iter: int
     history: list = field(default_factory=list)
     converged: bool = False
     last_objective: float = np.nan
     shift: float = np.inf
-    n_features: int = 0
-    moments: tuple | None = None
 
 
 def tolerance_from_moments(moments, tol):
@@ -171,7 +177,6 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
     history = list(history or [])
     if tol_abs is None and not tol:
         tol_abs = 0.0
-    moments = None
     converged = False
     shift = np.inf
     it = start_iter
@@ -180,8 +185,7 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
         t0 = time.perf_counter()
         res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None)
         if tol_abs is None:
-            moments = res["moments"]
-            tol_abs = tolerance_from_moments(moments, tol)
+            tol_abs = tolerance_from_moments(res["moments"], tol)
         counts = res["counts"]
         empty = np.flatnonzero(counts == 0)
         new = centers.astype(np.float64, copy=True)
@@ -205,8 +209,8 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
             callback(rec, centers)
         if converged:
             break
-    return LloydResult(centers=centers, n_iter=it, history=history, converged=converged,
-                       last_objective=obj, shift=shift, n_features=X.shape[1], moments=moments)
+    return IterationResult(state=centers, n_iter=it, history=history, converged=converged,
+                           last_objective=obj, shift=shift)
 
 
 # --------------------------------------------------------------------------- assignment
@@ -268,20 +272,6 @@ def sample_rows(X, n, rng, *, dense=True):
         return as_out(compute(X, n_tasks=X.numblocks[0])[0])
     idx = np.sort(rng.choice(N, size=n, replace=False))
     return as_out(compute(X[idx], n_tasks=X.numblocks[0])[0])
-
-
-def data_moments(X, *, split_every=None):
-    """(count, mean, M2) per feature in float64 — one pass."""
-    d = map_blocks_reduce(X, _moments, lambda ps: _reduce_list(ps, _merge_moments),
-                          split_every=split_every, name="moments")
-    return compute(d, n_tasks=X.numblocks[0])[0]
-
-
-def _reduce_list(parts, f):
-    out = parts[0]
-    for p in parts[1:]:
-        out = f(out, p)
-    return out
 
 
 # --------------------------------------------------------------------------- k-means||

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..kernels.lloyd import partials_from_products, squared_norms
 from .engine import broadcast, compute, map_blocks_reduce
-from .lloyd import _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite, tolerance_from_moments
+from .lloyd import (IterationResult, _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite,
+                    tolerance_from_moments)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QKMeansResult", "qkmeans", "qk_pass", "assign_factors", "factor_distances",
+__all__ = ["qkmeans", "qk_pass", "assign_factors", "factor_distances",
            "factor_inertia"]
 
 
@@ -51,16 +51,6 @@ def qk_pass(X, factors, *, split_every=None, with_moments=False):
     if res["bad"]:
         _raise_nonfinite(res["bad"])
     return res
-
-
-@dataclass(frozen=True)
-class QKMeansResult:
-    factors: object
-    n_iter: int
-    history: list = field(default_factory=list)
-    converged: bool = False
-    last_objective: float = np.nan
-    shift: float = np.inf
 
 
 def qkmeans(X, init_factors, constraints, *, palm4msa, max_iter=300, tol=1e-4, palm_iter=50,
@@ -117,8 +107,8 @@ def qkmeans(X, init_factors, constraints, *, palm4msa, max_iter=300, tol=1e-4, p
             callback(rec, factors)
         if converged:
             break
-    return QKMeansResult(factors=factors, n_iter=it, history=history, converged=converged,
-                         last_objective=obj, shift=shift)
+    return IterationResult(state=factors, n_iter=it, history=history, converged=converged,
+                           last_objective=obj, shift=shift)
 
 
 # --------------------------------------------------------------------------- inference
