@@ -21,8 +21,9 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from ._json import json_default
 from .parallel.data import to_dask
-from .parallel.engine import compute
+from .parallel.engine import compute_settled
 
 __all__ = ["as_dask_array", "save_array", "save_arrays", "load_array", "open_store", "save",
            "load", "MODEL_FORMAT_VERSION"]
@@ -240,7 +241,7 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                                    chunks=tuple(max(1, c[0]) for c in arr.chunks))
             stores.append(da.store(arr, z, lock=False, compute=False))
         if stores:
-            compute(*stores, n_tasks=max(s.__dask_graph__().__len__() for s in stores))
+            compute_settled(stores)
     return path
 
 
@@ -266,23 +267,11 @@ def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None):
                               storage_options=storage_options if t.url else None)
         if attrs:
             z.attrs.update(attrs)
-        compute(da.store(arr, z, lock=False, compute=False), n_tasks=arr.numblocks[0])
+        compute_settled(da.store(arr, z, lock=False, compute=False))
     return path
 
 
 # ----------------------------------------------------------------------------- models
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"cannot store {type(o).__name__} in a dqkm model file")
-
-
 def _split_params(params):
     plain, arrays = {}, {}
     for k, v in params.items():
@@ -316,7 +305,7 @@ def save(model, path, *, overwrite=False):
     params, param_arrays = _split_params(model.get_params(deep=False))
     header = {"format_version": MODEL_FORMAT_VERSION, "estimator": type(model).__name__,
               "params": params, "state": meta}
-    header = json.loads(json.dumps(header, default=_json_default))
+    header = json.loads(json.dumps(header, default=json_default))
     arrays = {**arrays, **param_arrays}
     if str(path).endswith(".npz"):
         with _AtomicTarget(path, overwrite) as t:

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import zarr
 
 from .kernels.lloyd_sparse import as_csr
+from .parallel.engine import compute_settled
 
 __all__ = ["is_sparse_dask", "check_sparse", "as_csr_block", "sparse_to_dask", "save_csr",
            "load_csr", "is_csr_store", "make_sparse_blobs", "CSR_FORMAT_VERSION"]
@@ -170,38 +171,13 @@ def save_csr(X, path, *, overwrite=False, attrs=None, storage_options=None):
         root = zarr.open_group(t.tmp_url, mode="w", zarr_format=3, storage_options=so)
         d = map_blocks_reduce(Xd, _write_block, _concat_lists, args=(t.tmp_url, so),
                               with_offsets=True, name="save-csr")
-        written = _compute_settled(d)
+        written = compute_settled(d)
         written.sort()
         meta = {"format": "csr", "version": CSR_FORMAT_VERSION,
                 "shape": [int(s) for s in Xd.shape], "dtype": str(Xd.dtype),
                 "row_chunks": [w[1] for w in written], "nnz": [w[2] for w in written]}
         root.attrs.update({**(attrs or {}), _ATTR: meta})
     return path
-
-
-def _compute_settled(d):
-    """Compute ``d``; on failure, wait until every running write task has ended.
-
-    A scheduler stops at the first failed task while other blocks may still
-    be writing; removing the temporary store before they finish would let
-    them recreate part of it.
-    """
-    from .parallel.engine import active_client, cpu_count
-
-    client = active_client()
-    if client is not None:
-        from distributed import wait
-
-        fut = client.compute(d)
-        wait(fut)
-        return fut.result()
-    from concurrent.futures import ThreadPoolExecutor
-
-    import dask
-
-    with ThreadPoolExecutor(cpu_count()) as pool:  # leaving the block joins every task
-        (out,) = dask.compute(d, scheduler="threads", pool=pool)
-    return out
 
 
 def _open_root(path, storage_options=None):

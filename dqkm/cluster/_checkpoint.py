@@ -20,6 +20,8 @@ import shutil
 import numpy as np
 import zarr
 
+from .._json import json_default
+
 __all__ = ["Checkpoint", "CheckpointMismatchError"]
 
 CHECKPOINT_FORMAT_VERSION = 1
@@ -27,16 +29,6 @@ CHECKPOINT_FORMAT_VERSION = 1
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint was written by another estimator or for other data."""
-
-
-def _json(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
 class Checkpoint:
@@ -47,7 +39,7 @@ class Checkpoint:
             raise ValueError(f"checkpoint must be a local directory path; got {str(path)!r} "
                              "(atomic renames are needed).")
         self.path = os.path.abspath(str(path))
-        self.identity = json.loads(json.dumps(identity, default=_json))
+        self.identity = json.loads(json.dumps(identity, default=json_default))
 
     @property
     def _pointer(self):
@@ -92,7 +84,7 @@ class Checkpoint:
             a = group.create_array(k, shape=v.shape, dtype=v.dtype,
                                    chunks=v.shape if v.size else None)
             a[...] = v
-        group.attrs["state"] = json.loads(json.dumps(meta, default=_json))
+        group.attrs["state"] = json.loads(json.dumps(meta, default=json_default))
         previous = self._latest_name()
         tmp = self._pointer + ".tmp"
         with open(tmp, "w") as f:

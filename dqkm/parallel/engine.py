@@ -33,6 +33,7 @@ __all__ = [
     "block_offsets",
     "broadcast",
     "compute",
+    "compute_settled",
     "map_blocks_reduce",
     "maybe_persist",
     "progress",
@@ -126,6 +127,40 @@ def compute(*objs, n_tasks: int = 2):
             with ProgressBar(out=sys.stderr):
                 return dask.compute(*objs)
         return dask.compute(*objs)
+
+
+def compute_settled(obj):
+    """Compute ``obj`` (e.g. a store to Zarr); on failure, return only after every
+    task already running has ended.
+
+    A scheduler raises at the first failed task while other blocks may still
+    be writing; cleaning up a temporary store before they finish would let
+    them recreate part of it.  Used by the atomic writers in :mod:`dqkm.io`.
+    """
+    client = active_client()
+    if client is not None:
+        from distributed import wait
+
+        fut = client.compute(obj)
+        if _PROGRESS["enabled"]:
+            from distributed import progress as dist_progress
+
+            dist_progress(fut)
+        wait(fut)
+        return fut.result()
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(cpu_count()) as pool:  # leaving the block joins every task
+        ctx = contextlib.nullcontext()
+        if _PROGRESS["enabled"]:
+            import sys
+
+            from dask.diagnostics import ProgressBar
+
+            ctx = ProgressBar(out=sys.stderr)
+        with ctx:
+            (out,) = dask.compute(obj, scheduler="threads", pool=pool)
+    return out
 
 
 def broadcast(obj: Any, name: str = "state") -> Delayed:
