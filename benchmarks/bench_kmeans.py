@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import dask
-import dask.array as da
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -60,8 +59,8 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
     from sklearn.cluster import KMeans as SkKMeans
 
     path = f"{tmp}/{name}.zarr"
-    X, _ = datasets.make_blobs(n, d, k, cluster_std=4.0, random_state=0, path=path,
-                               chunks=max(1, n // 16))
+    # default chunking (~64 MB chunks, at least 2 per core)
+    X, _ = datasets.make_blobs(n, d, k, cluster_std=4.0, random_state=0, path=path)
     Xz = dqkm.io.as_dask_array(path)
     Xn = Xz.compute()
     init = Xn[np.random.default_rng(1).choice(n, k, replace=False)]
@@ -72,14 +71,13 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
         lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(Xn), n_iter)
     rows["one X·Cᵀ GEMM (2 BLAS threads)"] = gemm_time(Xn, init)
 
-    Xp = Xz.persist()
     with dask.config.set(scheduler="threads"):
+        Xp = Xz.persist()
         dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xp)  # numba compile/warm-up
         rows["dqkm KMeans, threads, persisted"] = per_iter(
             lambda: dqkm.KMeans(persist=True, **kw).fit(Xp), n_iter)
         rows["dqkm KMeans, threads, from Zarr"] = per_iter(
             lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
-    del Xp
     with dask.config.set(NO_TRIM):
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                silence_logs=logging.ERROR)
@@ -89,29 +87,25 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
         Xc = client.persist(Xz)
         rows["dqkm KMeans, LocalCluster 2×1, persisted"] = per_iter(
             lambda: dqkm.KMeans(persist=True, **kw).fit(Xc), n_iter)
-        del Xc
+        client.cancel(Xc)
         rows["dqkm KMeans, LocalCluster 2×1, from Zarr"] = per_iter(
             lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
         if with_daskml:
-            try:
-                from dask_ml.cluster import KMeans as DmKMeans
-            except ImportError:
-                rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = "not installed"
-            else:
-                rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = per_iter(
-                    lambda: DmKMeans(init=init, n_clusters=k, max_iter=n_iter, tol=0.0,
-                                     random_state=0).fit(Xz), n_iter)
+            rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = daskml_per_iter(
+                Xz, init, n_iter)
     if with_daskml:
-        try:
-            from dask_ml.cluster import KMeans as DmKMeans
-        except ImportError:
-            rows["dask-ml KMeans, threads, from Zarr"] = "not installed"
-        else:
-            with dask.config.set(scheduler="threads"):
-                rows["dask-ml KMeans, threads, from Zarr"] = per_iter(
-                    lambda: DmKMeans(init=init, n_clusters=k, max_iter=n_iter, tol=0.0,
-                                     random_state=0).fit(Xz), n_iter)
+        with dask.config.set(scheduler="threads"):
+            rows["dask-ml KMeans, threads, from Zarr"] = daskml_per_iter(Xz, init, n_iter)
     return rows
+
+
+def daskml_per_iter(Xz, init, n_iter):
+    try:
+        from dask_ml.cluster import KMeans as DmKMeans
+    except ImportError:
+        return "not installed (pip install 'dqkm[bench]')"
+    return per_iter(lambda: DmKMeans(init=init, n_clusters=init.shape[0], max_iter=n_iter,
+                                     tol=0.0, random_state=0).fit(Xz), n_iter)
 
 
 def print_table(name, rows):
@@ -133,7 +127,7 @@ def memory_case(tmp, quick=False):
     """A store twice the cluster's memory_limit, persist=False: peak worker memory."""
     from distributed import Client, LocalCluster
 
-    limit = 300e6 if quick else 600e6
+    limit = 400e6 if quick else 600e6
     n_workers = 2
     d = 64
     n = int(2 * n_workers * limit / (4 * d))
@@ -142,10 +136,10 @@ def memory_case(tmp, quick=False):
     datasets.make_blobs(n, d, 64, random_state=0, path=path, chunks=200_000)
     print(f"\nwrote {n:,} × {d} float32 ({n * d * 4 / 1e9:.2f} GB) in {time.perf_counter() - t0:.0f}s; "
           f"cluster memory_limit {n_workers} × {limit / 1e6:.0f} MB")
-    with dask.config.set(NO_TRIM):
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1,
-                               memory_limit=int(limit), dashboard_address=None,
-                               silence_logs=logging.ERROR)
+    # the nanny's default malloc trimming: tight memory limits need it
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1,
+                           memory_limit=int(limit), dashboard_address=None,
+                           silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
         def rss():
             import psutil

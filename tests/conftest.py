@@ -3,7 +3,6 @@
 import logging
 
 import dask
-import numpy as np
 import pytest
 
 
