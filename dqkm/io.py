@@ -241,7 +241,7 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                                    chunks=tuple(max(1, c[0]) for c in arr.chunks))
             stores.append(da.store(arr, z, lock=False, compute=False))
         if stores:
-            compute_settled(stores)
+            compute_settled(*stores)
     return path
 
 

@@ -171,7 +171,7 @@ def save_csr(X, path, *, overwrite=False, attrs=None, storage_options=None):
         root = zarr.open_group(t.tmp_url, mode="w", zarr_format=3, storage_options=so)
         d = map_blocks_reduce(Xd, _write_block, _concat_lists, args=(t.tmp_url, so),
                               with_offsets=True, name="save-csr")
-        written = compute_settled(d)
+        (written,) = compute_settled(d)
         written.sort()
         meta = {"format": "csr", "version": CSR_FORMAT_VERSION,
                 "shape": [int(s) for s in Xd.shape], "dtype": str(Xd.dtype),

@@ -99,3 +99,10 @@ def test_model_file_errors(tmp_path, X):
         io.load(tmp_path / "data.zarr")
     with pytest.raises(FileNotFoundError):
         io.load(tmp_path / "nothing.zarr")
+
+
+def test_writes_on_a_local_cluster(dist_client, tmp_path, X):
+    io.save_arrays({"X": X, "y": np.arange(len(X))}, tmp_path / "g.zarr")
+    io.save_array(da.from_array(X, chunks=(300, -1)), tmp_path / "a.zarr")
+    np.testing.assert_array_equal(io.as_dask_array(tmp_path / "g.zarr").compute(), X)
+    np.testing.assert_array_equal(io.as_dask_array(tmp_path / "a.zarr").compute(), X)

@@ -129,8 +129,8 @@ def compute(*objs, n_tasks: int = 2):
         return dask.compute(*objs)
 
 
-def compute_settled(obj):
-    """Compute ``obj`` (e.g. a store to Zarr); on failure, return only after every
+def compute_settled(*objs):
+    """Compute ``objs`` (e.g. stores to Zarr); on failure, return only after every
     task already running has ended.
 
     A scheduler raises at the first failed task while other blocks may still
@@ -141,13 +141,13 @@ def compute_settled(obj):
     if client is not None:
         from distributed import wait
 
-        fut = client.compute(obj)
+        futures = client.compute(list(objs))
         if _PROGRESS["enabled"]:
             from distributed import progress as dist_progress
 
-            dist_progress(fut)
-        wait(fut)
-        return fut.result()
+            dist_progress(futures)
+        wait(futures)
+        return tuple(client.gather(futures))
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(cpu_count()) as pool:  # leaving the block joins every task
@@ -159,8 +159,7 @@ def compute_settled(obj):
 
             ctx = ProgressBar(out=sys.stderr)
         with ctx:
-            (out,) = dask.compute(obj, scheduler="threads", pool=pool)
-    return out
+            return dask.compute(*objs, scheduler="threads", pool=pool)
 
 
 def broadcast(obj: Any, name: str = "state") -> Delayed:
