@@ -53,7 +53,7 @@ MODE_FULL = 3
 #: relative floating-point slack of the lower bound: a pair is pruned only when
 #: ``lb − LB_MARGIN·(‖x − μ‖² + ‖a − μ‖²) > current (l+1)-th distance``.
 LB_MARGIN = 1e-9
-_TILE = 1024
+_TILE = 128
 
 
 @dataclass(frozen=True)
@@ -222,7 +222,6 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
     seedE = np.empty(L)
     lbm = np.empty(m)
     dfv = np.empty(m)
-    seen = np.zeros(m, np.bool_)
     n_exact = 0
     for i in range(n):
         if skip[i]:
@@ -261,10 +260,10 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
                 j = seedJ[t]
                 if j >= m:
                     continue
-                seen[j] = True
+                lbm[j] = np.inf  # done: not a candidate again
             else:
                 j = t - L
-                if seen[j] or lbm[j] > topD[L - 1]:
+                if lbm[j] > topD[L - 1]:
                     continue
             e = _sqdist(X, i, A, j)
             n_exact += 1
@@ -272,11 +271,6 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
             # the test of _insert, repeated here: calling it costs ~10x more
             if D < topD[L - 1] or (D == topD[L - 1] and j < topJ[L - 1]):
                 _insert(topD, topJ, topE, D, j, e)
-        if pruned:
-            for k in range(L):
-                j = seedJ[k]
-                if j < m:
-                    seen[j] = False
         for k in range(L):
             idx[i, k] = topJ[k] if topJ[k] < m else -1
             dist[i, k] = topD[k]
