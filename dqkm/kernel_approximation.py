@@ -24,11 +24,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .cluster._base import check_param, is_lazy
+from .cluster._base import check_param, validate_input
 from .kernels.hadamard import HadamardLandmarks, next_pow2
-from .parallel.data import to_dask
 from .parallel.engine import compute
 from .parallel.lloyd import sample_rows
 from .parallel.neighbors import kernel_from_products, nystroem_map
@@ -147,23 +146,7 @@ class FactorNystroem(TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------ validation
     def _validate(self, X, *, reset):
-        owner = type(self).__name__
-        if is_lazy(X):
-            Xd = to_dask(X)
-            if Xd.ndim != 2:
-                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
-            if Xd.dtype.kind not in "fiub":
-                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
-            if Xd.dtype not in (np.float32, np.float64):
-                Xd = Xd.astype(np.float64)
-            if reset:
-                self.n_features_in_ = Xd.shape[1]
-            elif Xd.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
-                                 f"{self.n_features_in_} features as input.")
-            return Xd, True
-        Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
-        return to_dask(Xc), False
+        return validate_input(self, X, reset=reset)
 
     def _check_params(self, n_features):
         owner = type(self).__name__

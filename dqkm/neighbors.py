@@ -15,10 +15,9 @@ import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import NotFittedError
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
-from .cluster._base import check_param, is_lazy
-from .parallel.data import to_dask
+from .cluster._base import check_param, is_lazy, validate_input
 from .parallel.engine import broadcast, compute
 from .parallel.neighbors import (build_index, center_sq_distances, probe_clusters,
                                  query_block_rows, search)
@@ -93,23 +92,7 @@ class ClusterIndex(BaseEstimator):
 
     # ----------------------------------------------------------------- helpers
     def _validate(self, X, *, reset):
-        owner = type(self).__name__
-        if is_lazy(X):
-            Xd = to_dask(X)
-            if Xd.ndim != 2:
-                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
-            if Xd.dtype.kind not in "fiub":
-                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
-            if Xd.dtype not in (np.float32, np.float64):
-                Xd = Xd.astype(np.float64)
-            if reset:
-                self.n_features_in_ = Xd.shape[1]
-            elif Xd.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
-                                 f"{self.n_features_in_} features as input.")
-            return Xd, True
-        Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
-        return to_dask(Xc), False
+        return validate_input(self, X, reset=reset)
 
     def _check_clusterer(self):
         c = self.clusterer

@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..parallel.data import to_dask
 
-__all__ = ["DqkmClusterer", "check_param", "is_lazy"]
+__all__ = ["DqkmClusterer", "check_n_features", "check_param", "is_lazy", "validate_input"]
 
 # Format version of saved models (dqkm.save / dqkm.load).
 MODEL_FORMAT_VERSION = 1
@@ -58,50 +58,59 @@ def check_param(name, value, owner, *, kind="int", low=None, high=None, options=
     return value
 
 
+def check_n_features(estimator, n_features, *, reset):
+    """Record ``n_features_in_`` (``reset``) or check X against it (sklearn's message)."""
+    if reset:
+        estimator.n_features_in_ = n_features
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+        return
+    check_is_fitted(estimator)
+    if n_features != estimator.n_features_in_:
+        raise ValueError(f"X has {n_features} features, but {type(estimator).__name__} is "
+                         f"expecting {estimator.n_features_in_} features as input.")
+
+
+def validate_input(estimator, X, *, reset: bool):
+    """Return ``(Xd, lazy)``: X as a row-chunked float Dask array, and whether
+    the caller gave a lazy (Dask/Zarr) input.  Shared by every dqkm estimator.
+
+    In-memory input goes through scikit-learn's ``validate_data`` (the usual
+    messages, ``n_features_in_``, feature names); lazy input is checked for
+    ndim, dtype and the number of features without reading it — non-finite
+    values are detected during the first pass.
+    """
+    if not is_lazy(X):
+        if not reset:
+            check_is_fitted(estimator)
+        Xc = validate_data(estimator, X, reset=reset, dtype=[np.float64, np.float32],
+                           accept_sparse=False, ensure_min_samples=1)
+        return to_dask(Xc), False
+    Xd = to_dask(X)
+    if Xd.ndim != 2:
+        raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "
+                         f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1) for a "
+                         "single feature.")
+    if not (np.issubdtype(Xd.dtype, np.number) or Xd.dtype == bool) or \
+            np.issubdtype(Xd.dtype, np.complexfloating):
+        raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}. "
+                        "Convert it, e.g. X.astype('float32').")
+    if Xd.dtype not in (np.float32, np.float64):
+        Xd = Xd.astype(np.float64)
+    if Xd.shape[0] < 1 or Xd.shape[1] < 1:
+        raise ValueError(f"Found array with shape {Xd.shape} while a minimum of 1 sample "
+                         "and 1 feature is required.")
+    check_n_features(estimator, Xd.shape[1], reset=reset)
+    return Xd, True
+
+
 class DqkmClusterer(ClusterMixin, TransformerMixin, BaseEstimator):
     """Base class: validation of X and the lazy/eager output convention."""
 
     # ------------------------------------------------------------- validation
     def _validate_X(self, X, *, reset: bool):
-        """Return ``(Xd, lazy)``: X as a row-chunked float Dask array, and
-        whether the caller gave a lazy (Dask/Zarr) input.
-
-        In-memory input goes through scikit-learn's ``validate_data`` (the
-        usual messages, ``n_features_in_``, feature names); lazy input is
-        checked for ndim, dtype and the number of features without reading
-        it — non-finite values are detected during the first pass.
-        """
-        owner = type(self).__name__
-        if not is_lazy(X):
-            if not reset:
-                check_is_fitted(self)
-            Xc = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32],
-                               accept_sparse=False, ensure_min_samples=1)
-            return to_dask(Xc), False
-        Xd = to_dask(X)
-        if Xd.ndim != 2:
-            raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "
-                             f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1) for a "
-                             "single feature.")
-        if not (np.issubdtype(Xd.dtype, np.number) or Xd.dtype == bool) or \
-                np.issubdtype(Xd.dtype, np.complexfloating):
-            raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}. "
-                            "Convert it, e.g. X.astype('float32').")
-        if Xd.dtype not in (np.float32, np.float64):
-            Xd = Xd.astype(np.float64)
-        if Xd.shape[0] < 1 or Xd.shape[1] < 1:
-            raise ValueError(f"Found array with shape {Xd.shape} while a minimum of 1 sample "
-                             "and 1 feature is required.")
-        if reset:
-            self.n_features_in_ = Xd.shape[1]
-            if hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        else:
-            check_is_fitted(self)
-            if Xd.shape[1] != self.n_features_in_:
-                raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
-                                 f"{self.n_features_in_} features as input.")
-        return Xd, True
+        """Return ``(Xd, lazy)``; see :func:`validate_input`."""
+        return validate_input(self, X, reset=reset)
 
     @staticmethod
     def _check_init_array(init, n_clusters, n_features, owner):

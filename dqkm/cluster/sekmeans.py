@@ -14,7 +14,7 @@ from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_emb
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
-from ._base import DqkmClusterer, check_param, is_lazy
+from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
 from .kmeans import KMeans
 
 logger = logging.getLogger(__name__)
@@ -143,13 +143,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
                 Xd = Xd.rechunk({1: -1})
             if Xd.dtype.kind not in "fiub":
                 raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
-            if reset:
-                self.n_features_in_ = Xd.shape[1]
-            else:
-                check_is_fitted(self)
-                if Xd.shape[1] != self.n_features_in_:
-                    raise ValueError(f"X has {Xd.shape[1]} features, but {owner} is expecting "
-                                     f"{self.n_features_in_} features as input.")
+            check_n_features(self, Xd.shape[1], reset=reset)
             return Xd, True
         return super()._validate_X(X, reset=reset)
 
