@@ -38,6 +38,8 @@ def run_demo(n_samples=500_000, n_features=64, n_clusters=16, n_workers=2, seed=
     from . import datasets
     from .parallel.engine import compute
 
+    # the in-process scheduler logs at INFO; the demo prints its own lines
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="dqkm-demo-") as tmp:
         path = f"{tmp}/blobs.zarr"
         t0 = time.perf_counter()
