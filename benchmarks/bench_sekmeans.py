@@ -51,7 +51,7 @@ def _draw(kind, d, dt, seed, dtype):
 
 def _embed_seconds(X, kind, dt, repeat):
     t_draw, emb = _seconds(lambda: _draw(kind, X.shape[1], dt, 0, X.dtype))
-    t, _ = _seconds(lambda: compute(embed(X, emb).sum(), n_tasks=X.numblocks[0]), repeat)
+    t, _ = _seconds(lambda: compute(embed(X, emb).sum()), repeat)
     return t, t_draw
 
 

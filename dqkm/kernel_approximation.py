@@ -282,7 +282,7 @@ class FactorNystroem(TransformerMixin, BaseEstimator):
                            self.gamma_)
         if lazy:
             return out
-        return np.asarray(compute(out, n_tasks=out.numblocks[0])[0])
+        return np.asarray(compute(out)[0])
 
     def __sklearn_clone__(self):
         """Clone the parameters but keep a fitted landmark estimator as is (it is an

@@ -22,7 +22,7 @@ __all__ = ["objective", "ami", "nmi", "purity", "model_nnz", "model_flops", "nys
 
 def _labels(a, name):
     if isinstance(a, da.Array):
-        a = compute(a, n_tasks=a.numblocks[0])[0]
+        a = compute(a)[0]
     elif is_lazy(a):  # a zarr array
         a = a[...]
     a = np.asarray(a)

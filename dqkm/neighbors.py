@@ -150,7 +150,7 @@ class ClusterIndex(BaseEstimator):
             raise ValueError(f"The 'n_probe' parameter of {owner} must be an int in the range "
                              f"[1, n_clusters={K}]. Got {self.n_probe} instead.")
         labels = self._assign(clusterer, Xd)
-        labels = np.asarray(compute(labels, n_tasks=Xd.numblocks[0])[0] if isinstance(
+        labels = np.asarray(compute(labels)[0] if isinstance(
             labels, da.Array) else labels).ravel()
         extra = {}
         if y is not None:
@@ -226,8 +226,8 @@ class ClusterIndex(BaseEstimator):
         probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe), self.n_probe)
         dist, ind = search(Qd, probes, self.index_, int(n_neighbors), self._centers)
         if not lazy:
-            # n_tasks >= 2: one BLAS thread per task — the per-cluster products are small
-            dist, ind = compute(dist, ind, n_tasks=max(2, Qd.numblocks[0]))
+            # one BLAS thread per task (engine.compute): the per-cluster products are small
+            dist, ind = compute(dist, ind)
             dist, ind = np.asarray(dist), np.asarray(ind)
         return (dist, ind) if return_distance else ind
 

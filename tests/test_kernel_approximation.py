@@ -214,7 +214,11 @@ def test_transform_from_zarr_store(tmp_path, digits, km64):
     fn = FactorNystroem(km64).fit(X)
     out = fn.transform(z)
     assert isinstance(out, da.Array)
-    np.testing.assert_allclose(out.compute(), fn.transform(X), rtol=1e-5, atol=1e-6)
+    # computed like the in-memory path (one BLAS thread per task): float32 sums in
+    # the same order, so the two agree to float32 rounding
+    from dqkm.parallel import compute
+
+    np.testing.assert_allclose(compute(out)[0], fn.transform(X), rtol=1e-5, atol=1e-6)
 
 
 def test_clone_keeps_fitted_landmarks_for_pipelines(digits, km64):

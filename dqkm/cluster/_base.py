@@ -128,7 +128,7 @@ class DqkmClusterer(ClusterMixin, TransformerMixin, BaseEstimator):
             return result
         from ..parallel.engine import compute
 
-        return np.asarray(compute(result, n_tasks=result.numblocks[0])[0])
+        return np.asarray(compute(result)[0])
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

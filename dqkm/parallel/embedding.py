@@ -96,5 +96,5 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None):
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
     d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c),
                           split_every=split_every, name="se-moments")
-    (res,) = compute(d, n_tasks=X.numblocks[0])
+    (res,) = compute(d)
     return res

@@ -76,15 +76,17 @@ def active_client():
         return None
 
 
-def _blas_limit_context(n_tasks: int):
-    """Limit BLAS to one thread while local threads run blocks in parallel.
+def _blas_limit_context():
+    """Limit BLAS to one thread while local threads run the blocks.
 
     The threaded scheduler runs ``num_workers`` blocks at once in this
     process; letting each block's GEMM spawn its own BLAS threads on top of
-    that oversubscribes the cores.  A distributed worker's nanny already sets
+    that oversubscribes the cores, and the kernels' GEMMs are small (a tile of
+    rows), so extra BLAS threads would not help even with a single block —
+    they only spin.  A distributed worker's nanny already sets
     ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` in its processes.
     """
-    if n_tasks < 2 or active_client() is not None:
+    if active_client() is not None:
         return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
 
@@ -95,7 +97,7 @@ class SchedulerLostError(RuntimeError):
     """The connection to the Dask scheduler was lost during a pass."""
 
 
-def compute(*objs, n_tasks: int = 2):
+def compute(*objs):
     """``dask.compute`` with the BLAS thread limit and the optional progress bar.
 
     This is the single ``compute`` of one iteration.  A lost scheduler raises
@@ -118,7 +120,7 @@ def compute(*objs, n_tasks: int = 2):
             raise SchedulerLostError(
                 f"lost the connection to the Dask scheduler {client.scheduler.address} "
                 f"during a pass ({type(e).__name__}: {e}).") from e
-    with _blas_limit_context(n_tasks):
+    with _blas_limit_context():
         if _PROGRESS["enabled"]:
             import sys
 
@@ -312,7 +314,7 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
         except Exception:  # pragma: no cover - wait is best effort
             pass
     else:
-        with _blas_limit_context(2):
+        with _blas_limit_context():
             X = X.persist()
     return X, True
 

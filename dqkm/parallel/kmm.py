@@ -205,7 +205,7 @@ class _Passes:
         red = tree_reduce(parts, _combine, self.split_every or 8, name="kmm-combine")
         persisted = dask.persist(*outs, red)
         self.blocks = list(persisted[:-1])
-        (res,) = compute(persisted[-1], n_tasks=len(self.xblocks))
+        (res,) = compute(persisted[-1])
         if res["bad"]:
             _raise_nonfinite(res["bad"])
         return res
@@ -216,7 +216,7 @@ class _Passes:
         parts = [delayed(_theta_chunk, pure=True)(xb, bstate, dask_key_name=f"dqkm-kmm-theta-{token}-{i}")
                  for i, xb in enumerate(self.xblocks)]
         red = tree_reduce(parts, _theta_combine, self.split_every or 8, name="kmm-theta-combine")
-        (res,) = compute(red, n_tasks=len(self.xblocks))
+        (res,) = compute(red)
         if res[2]:
             _raise_nonfinite(res[2])
         return res[0] / max(res[1], 1)
@@ -224,7 +224,7 @@ class _Passes:
     def gather_S(self, m):
         """The whole n × m matrix S on the driver (the reference solver only)."""
         rows = compute(*[delayed(_field)(b, "idx") for b in self.blocks],
-                       *[delayed(_field)(b, "w") for b in self.blocks], n_tasks=len(self.blocks))
+                       *[delayed(_field)(b, "w") for b in self.blocks])
         idx = np.concatenate(rows[:len(self.blocks)])
         w = np.concatenate(rows[len(self.blocks):])
         n = idx.shape[0]

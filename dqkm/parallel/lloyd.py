@@ -123,7 +123,7 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_blocks_reduce(X, _lloyd_chunk, _lloyd_combine, args=(c, with_moments),
                           split_every=split_every, name="lloyd")
-    (res,) = compute(d, n_tasks=X.numblocks[0])
+    (res,) = compute(d)
     if res["bad"]:
         _raise_nonfinite(res["bad"])
     return res
@@ -253,7 +253,7 @@ def inertia(X, centers, *, split_every=None):
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_blocks_reduce(X, _inertia_chunk, _inertia_combine, args=(c,),
                           split_every=split_every, name="inertia")
-    ((value, bad),) = compute(d, n_tasks=X.numblocks[0])
+    ((value, bad),) = compute(d)
     if bad:
         _raise_nonfinite(bad)
     return float(value)
@@ -269,9 +269,9 @@ def sample_rows(X, n, rng, *, dense=True):
     N = X.shape[0]
     as_out = _dense if dense else (lambda a: a)
     if n >= N:
-        return as_out(compute(X, n_tasks=X.numblocks[0])[0])
+        return as_out(compute(X)[0])
     idx = np.sort(rng.choice(N, size=n, replace=False))
-    return as_out(compute(X[idx], n_tasks=X.numblocks[0])[0])
+    return as_out(compute(X[idx])[0])
 
 
 # --------------------------------------------------------------------------- k-means||
@@ -331,7 +331,7 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
         d = map_blocks_reduce(X, _kmp_round_chunk, _kmp_combine,
                               args=(c, ell, top, seed, rnd), with_offsets=True,
                               split_every=split_every, name="kmeans-parallel")
-        (res,) = compute(d, n_tasks=X.numblocks[0])
+        (res,) = compute(d)
         if res["bad"]:
             _raise_nonfinite(res["bad"])
         phi = res["phi"]
@@ -365,7 +365,7 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
     c = broadcast(np.ascontiguousarray(cand, dtype=X.dtype), "candidates")
     d = map_blocks_reduce(X, _count_nearest_chunk, lambda ps: sum(ps[1:], ps[0].copy()),
                           args=(c,), split_every=split_every, name="kmeans-parallel-weights")
-    (weights,) = compute(d, n_tasks=X.numblocks[0])
+    (weights,) = compute(d)
     km = _SkKMeans(n_clusters, init="k-means++", n_init=1,
                    random_state=int(rng.integers(2**31 - 1)))
     km.fit(cand.astype(np.float64), sample_weight=weights.astype(np.float64) + 1e-12)

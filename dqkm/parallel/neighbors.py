@@ -133,7 +133,7 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
     with dask.config.set({"array.slicing.split_large_chunks": False}):
         Xs = Xd[order]
     if path is None:
-        Xs = np.ascontiguousarray(compute(Xs, n_tasks=Xs.numblocks[0])[0])
+        Xs = np.ascontiguousarray(compute(Xs)[0])
         index = InvertedIndex(offsets, X=Xs, ids=order, sq_norms=_sq_norms_block(Xs))
         return index, extra_sorted
     from ..io import save_arrays

@@ -47,7 +47,7 @@ def qk_pass(X, factors, *, split_every=None, with_moments=False):
     st = broadcast(_state(factors, X.dtype), "factors")
     d = map_blocks_reduce(X, _qk_chunk, _lloyd_combine, args=(st, with_moments),
                           split_every=split_every, name="qkmeans")
-    (res,) = compute(d, n_tasks=X.numblocks[0])
+    (res,) = compute(d)
     if res["bad"]:
         _raise_nonfinite(res["bad"])
     return res
@@ -165,7 +165,7 @@ def factor_inertia(X, factors, *, split_every=None):
     st = broadcast(_state(factors, X.dtype), "factors")
     d = map_blocks_reduce(X, _qk_inertia_chunk, _inertia_combine, args=(st,),
                           split_every=split_every, name="qk-inertia")
-    ((value, bad),) = compute(d, n_tasks=X.numblocks[0])
+    ((value, bad),) = compute(d)
     if bad:
         _raise_nonfinite(bad)
     return float(value)
