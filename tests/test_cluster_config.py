@@ -214,6 +214,16 @@ def test_local_yaml_starts_a_cluster_and_computes(monkeypatch, caplog):
         assert list(envs.values()) == [None, None]
         x = da.arange(1000, chunks=100)
         assert int((x * 2).sum().compute()) == 999_000
+        # a full fit on it, as a user would run one
+        from sklearn.cluster import KMeans as SkKMeans
+        from sklearn.datasets import make_blobs
+
+        import dqkm
+
+        X, _ = make_blobs(2000, 4, centers=3, random_state=0)
+        km = dqkm.KMeans(3, init=X[:3]).fit(da.from_array(X, chunks=(500, -1)))
+        ref = SkKMeans(3, init=X[:3], n_init=1, algorithm="lloyd").fit(X)
+        np.testing.assert_array_equal(km.labels_.compute(), ref.labels_)
         pids = set(client.run(os.getpid).values())
         assert len(pids) == 2 and os.getpid() not in pids
     finally:
