@@ -59,9 +59,13 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
     from sklearn.cluster import KMeans as SkKMeans
 
     path = f"{tmp}/{name}.zarr"
-    # default chunking (~64 MB chunks, at least 2 per core)
-    X, _ = datasets.make_blobs(n, d, k, cluster_std=4.0, random_state=0, path=path)
+    # default chunking (~64 MB chunks, at least 2 per core); Zarr's default codec (zstd
+    # level 0), as a user's store usually is, and an uncompressed copy (make_blobs' default)
+    X, _ = datasets.make_blobs(n, d, k, cluster_std=4.0, random_state=0, path=path,
+                               compressors="auto")
     Xz = dqkm.io.as_dask_array(path)
+    dqkm.io.save_array(Xz, f"{tmp}/{name}-raw.zarr", compressors=None)
+    Xr = dqkm.io.as_dask_array(f"{tmp}/{name}-raw.zarr")
     Xn = Xz.compute()
     init = Xn[np.random.default_rng(1).choice(n, k, replace=False)]
     rows = {}
@@ -78,6 +82,8 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
             lambda: dqkm.KMeans(persist=True, **kw).fit(Xp), n_iter)
         rows["dqkm KMeans, threads, from Zarr"] = per_iter(
             lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
+        rows["dqkm KMeans, threads, from Zarr (uncompressed)"] = per_iter(
+            lambda: dqkm.KMeans(persist=False, **kw).fit(Xr), n_iter)
     with dask.config.set(NO_TRIM):
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                silence_logs=logging.ERROR)
@@ -90,6 +96,8 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
         client.cancel(Xc)
         rows["dqkm KMeans, LocalCluster 2×1, from Zarr"] = per_iter(
             lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
+        rows["dqkm KMeans, LocalCluster 2×1, from Zarr (uncompressed)"] = per_iter(
+            lambda: dqkm.KMeans(persist=False, **kw).fit(Xr), n_iter)
         if with_daskml:
             rows["dask-ml KMeans, LocalCluster 2×1, from Zarr"] = daskml_per_iter(
                 Xz, init, n_iter)

@@ -219,11 +219,13 @@ class _AtomicTarget:
         return False
 
 
-def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None):
+def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None,
+                compressors="auto"):
     """Write several row-aligned arrays as one Zarr v3 group (one pass, atomic).
 
     ``arrays`` maps names to NumPy or Dask arrays; each is stored chunk-aligned
-    with its Dask row chunks.  Returns ``path``.
+    with its Dask row chunks.  ``compressors`` is passed to Zarr ("auto": Zarr's
+    default, zstd; None: uncompressed — see :func:`save_array`).  Returns ``path``.
     """
     with _AtomicTarget(path, overwrite) as t:
         group = zarr.open_group(t.tmp_url, mode="w", zarr_format=3,
@@ -238,15 +240,22 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                 arr = da.from_array(arr, chunks=rows + (-1,) * max(arr.ndim - 1, 0))
             arr = _regular_rows(arr) if arr.ndim else arr
             z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
-                                   chunks=tuple(max(1, c[0]) for c in arr.chunks))
+                                   chunks=tuple(max(1, c[0]) for c in arr.chunks),
+                                   compressors=compressors)
             stores.append(da.store(arr, z, lock=False, compute=False))
         if stores:
             compute_settled(*stores)
     return path
 
 
-def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None):
+def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None,
+               compressors="auto"):
     """Write one array as a Zarr v3 array store (chunk-aligned, atomic).
+
+    ``compressors`` is passed to Zarr: "auto" is Zarr's default (zstd level 0);
+    None stores chunks uncompressed, which reads ~4× faster (measured: 0.045 s
+    vs 0.18–0.32 s for 200 MB of float32) at the cost of disk — worth it for
+    float data that compresses little and is read once per iteration.
 
     Sparse X (a scipy.sparse matrix or a Dask array of CSR chunks) is written
     as a CSR group by :func:`dqkm.sparse.save_csr`.
@@ -264,6 +273,7 @@ def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None):
         arr = _regular_rows(arr)
         z = zarr.create_array(t.tmp_url, shape=arr.shape, dtype=arr.dtype,
                               chunks=tuple(c[0] for c in arr.chunks), zarr_format=3,
+                              compressors=compressors,
                               storage_options=storage_options if t.url else None)
         if attrs:
             z.attrs.update(attrs)

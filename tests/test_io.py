@@ -106,3 +106,11 @@ def test_writes_on_a_local_cluster(dist_client, tmp_path, X):
     io.save_array(da.from_array(X, chunks=(300, -1)), tmp_path / "a.zarr")
     np.testing.assert_array_equal(io.as_dask_array(tmp_path / "g.zarr").compute(), X)
     np.testing.assert_array_equal(io.as_dask_array(tmp_path / "a.zarr").compute(), X)
+
+
+def test_compressors_option(tmp_path, X):
+    io.save_array(X, tmp_path / "raw.zarr", compressors=None)
+    io.save_array(X, tmp_path / "zstd.zarr")
+    assert zarr.open(str(tmp_path / "raw.zarr")).compressors == ()
+    assert len(zarr.open(str(tmp_path / "zstd.zarr")).compressors) == 1
+    np.testing.assert_array_equal(io.as_dask_array(tmp_path / "raw.zarr").compute(), X)
