@@ -93,6 +93,25 @@ def _blas_limit_context():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _show_progress(futures):
+    """distributed's progress bar (text in a terminal, widget in Jupyter), if enabled."""
+    if _PROGRESS["enabled"]:
+        from distributed import progress as dist_progress
+
+        dist_progress(futures)
+
+
+def _local_progress():
+    """dask's ProgressBar on stderr for the local schedulers, if enabled."""
+    if not _PROGRESS["enabled"]:
+        return contextlib.nullcontext()
+    import sys
+
+    from dask.diagnostics import ProgressBar
+
+    return ProgressBar(out=sys.stderr)
+
+
 class SchedulerLostError(RuntimeError):
     """The connection to the Dask scheduler was lost during a pass."""
 
@@ -109,10 +128,7 @@ def compute(*objs):
 
         try:
             futures = client.compute(list(objs))
-            if _PROGRESS["enabled"]:
-                from distributed import progress as dist_progress
-
-                dist_progress(futures)
+            _show_progress(futures)
             return tuple(client.gather(futures))
         except (concurrent.futures.CancelledError, OSError) as e:
             if client.status == "running" and "connection" not in str(e):
@@ -120,14 +136,7 @@ def compute(*objs):
             raise SchedulerLostError(
                 f"lost the connection to the Dask scheduler {client.scheduler.address} "
                 f"during a pass ({type(e).__name__}: {e}).") from e
-    with _blas_limit_context():
-        if _PROGRESS["enabled"]:
-            import sys
-
-            from dask.diagnostics import ProgressBar
-
-            with ProgressBar(out=sys.stderr):
-                return dask.compute(*objs)
+    with _blas_limit_context(), _local_progress():
         return dask.compute(*objs)
 
 
@@ -144,23 +153,13 @@ def compute_settled(*objs):
         from distributed import wait
 
         futures = client.compute(list(objs))
-        if _PROGRESS["enabled"]:
-            from distributed import progress as dist_progress
-
-            dist_progress(futures)
+        _show_progress(futures)
         wait(futures)
         return tuple(client.gather(futures))
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(cpu_count()) as pool:  # leaving the block joins every task
-        ctx = contextlib.nullcontext()
-        if _PROGRESS["enabled"]:
-            import sys
-
-            from dask.diagnostics import ProgressBar
-
-            ctx = ProgressBar(out=sys.stderr)
-        with ctx:
+        with _local_progress():
             return dask.compute(*objs, scheduler="threads", pool=pool)
 
 
