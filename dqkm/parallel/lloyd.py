@@ -51,13 +51,17 @@ def _moments(block):
         mean = np.asarray(b.sum(axis=0)).ravel() / n
         sq = np.asarray(b.multiply(b).sum(axis=0)).ravel()
         return (n, mean, np.maximum(sq - n * mean**2, 0.0))
-    b = np.asarray(block, dtype=np.float64)
+    b = np.asarray(block)
     n = b.shape[0]
     if n == 0:
         return (0, np.zeros(b.shape[1]), np.zeros(b.shape[1]))
+    # float64 accumulation by buffered reductions: no float64 copy of the chunk and no
+    # chunk-sized temporaries (the moments only set sklearn's relative tolerance, so
+    # Σx² − n·mean² is precise enough; chunks are merged with Chan's formula)
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite X is reported elsewhere
-        mean = b.mean(axis=0)
-        m2 = ((b - mean) ** 2).sum(axis=0)
+        mean = np.add.reduce(b, axis=0, dtype=np.float64) / n
+        sq = np.einsum("ij,ij->j", b, b, dtype=np.float64)
+        m2 = np.maximum(sq - n * mean**2, 0.0)
     return (n, mean, m2)
 
 
