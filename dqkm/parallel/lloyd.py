@@ -153,6 +153,19 @@ class IterationResult:
     shift: float = np.inf
 
 
+def end_iteration(rec, state, history, tol_abs, on_iteration, callback):
+    """What every iteration driver does last: record the iteration, run the
+    checkpoint hook and the user's callback, and say whether it converged
+    (squared state change ``rec["shift"]`` at most ``tol_abs``)."""
+    history.append(rec)
+    converged = rec["shift"] <= tol_abs
+    if on_iteration is not None:
+        on_iteration(rec, state, tol_abs, converged)
+    if callback is not None:
+        callback(rec, state)
+    return converged
+
+
 def tolerance_from_moments(moments, tol):
     """sklearn's absolute tolerance: ``tol × mean(var(X, axis=0))``."""
     if tol == 0:
@@ -203,14 +216,9 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
         centers = new
         rec = {"iteration": it, "objective": obj, "shift": shift,
                "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist()}
-        history.append(rec)
         logger.info("Lloyd iteration %d: objective %.6g, shift %.3g, %.3fs%s", it, obj, shift,
                     rec["seconds"], f", {len(empty)} empty clusters" if len(empty) else "")
-        converged = shift <= tol_abs
-        if on_iteration is not None:
-            on_iteration(rec, centers, tol_abs, converged)
-        if callback is not None:
-            callback(rec, centers)
+        converged = end_iteration(rec, centers, history, tol_abs, on_iteration, callback)
         if converged:
             break
     return IterationResult(state=centers, n_iter=it, history=history, converged=converged,

@@ -17,7 +17,7 @@ import numpy as np
 from ..kernels.lloyd import partials_from_products, squared_norms
 from .engine import broadcast, compute, map_blocks_reduce
 from .lloyd import (IterationResult, _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite,
-                    tolerance_from_moments)
+                    end_iteration, tolerance_from_moments)
 
 logger = logging.getLogger(__name__)
 
@@ -96,15 +96,10 @@ def qkmeans(X, init_factors, constraints, *, palm4msa, max_iter=300, tol=1e-4, p
                "palm_error": float(pres.errors[-1]) / norm_a if norm_a > 0 else 0.0,
                "palm_iter": int(pres.n_iter), "nnz": int(factors.nnz),
                "empty_clusters": empty.tolist()}
-        history.append(rec)
         logger.info("QK-means iteration %d: objective %.6g, shift %.3g, palm4MSA rel. error %.4f "
                     "(%d it.), %.3fs assign + %.3fs palm4MSA", it, obj, shift, rec["palm_error"],
                     rec["palm_iter"], rec["seconds_assign"], rec["seconds_palm"])
-        converged = shift <= tol_abs
-        if on_iteration is not None:
-            on_iteration(rec, factors, tol_abs, converged)
-        if callback is not None:
-            callback(rec, factors)
+        converged = end_iteration(rec, factors, history, tol_abs, on_iteration, callback)
         if converged:
             break
     return IterationResult(state=factors, n_iter=it, history=history, converged=converged,
