@@ -78,6 +78,7 @@ def main():
                 X, _ = datasets.make_blobs(n, 64, 64, chunks=125_000, random_state=0,
                                            path=path)
                 gen = time.perf_counter() - t0
+                os.sync()  # measure reads, not the write-back of the store just written
                 per_iter, peak = measure(client, X, args.iters)
                 rows.append((n, X.nbytes / 2**20, gen, per_iter, peak))
                 print(f"N={n:>9,}: {X.nbytes / 2**20:7.0f} MiB, generated in {gen:5.1f}s, "
