@@ -12,18 +12,17 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
 
-# editable_mode=compat puts the repository on sys.path with a .pth file, so new
-# subpackages need no re-install.
+# An editable install: new modules and subpackages of dqkm need no re-install.
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,plot,dashboard]' --config-settings editable_mode=compat
+	$(PIP) install -e '.[test,plot,dashboard]'
 	@touch $@
 
 $(VENV)/.installed-demo: pyproject.toml | $(PY)
-	$(PIP) install -e '.[dashboard]' --config-settings editable_mode=compat
+	$(PIP) install -e '.[dashboard]'
 	@touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,plot,dashboard,bench]' --config-settings editable_mode=compat
+	$(PIP) install -e '.[test,plot,dashboard,bench]'
 	@touch $@
 
 demo: $(VENV)/.installed-demo
