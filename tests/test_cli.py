@@ -99,3 +99,18 @@ def test_fit_with_checkpoint_and_resume(store):
     np.testing.assert_array_equal(ref.cluster_centers_, resumed.cluster_centers_)
     p = run(*base, "--out", d / "x.npz", "--resume", check=False)
     assert p.returncode == 2 and "--resume needs --checkpoint" in p.stderr
+
+
+def test_fit_kmm_with_checkpoint_and_resume(store):
+    """KMultipleMeans checkpoints too: 3 iterations, then resumed up to 5 = 5 at once."""
+    d = store
+    base = ["fit", "--algorithm", "kmm", "--n-clusters", 4, d / "data.zarr", "--no-progress"]
+    run(*base, "--max-iter", 5, "--out", d / "kmm-ref.npz")
+    run(*base, "--max-iter", 3, "--out", d / "kmm-3.npz", "--checkpoint", d / "kmm-ck")
+    assert (d / "kmm-ck" / "iter-000003" / "rows").is_dir()
+    run(*base, "--max-iter", 5, "--out", d / "kmm-5.npz", "--checkpoint", d / "kmm-ck",
+        "--resume")
+    ref, resumed = io.load(d / "kmm-ref.npz"), io.load(d / "kmm-5.npz")
+    assert resumed.n_iter_ == ref.n_iter_ == 5
+    np.testing.assert_array_equal(ref.prototypes_, resumed.prototypes_)
+    assert ref.beta_ == resumed.beta_

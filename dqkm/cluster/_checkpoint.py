@@ -3,7 +3,9 @@
 Layout (a Zarr v3 group at ``path``)::
 
     path/zarr.json          group attributes: estimator, parameters, data shape/dtype
-    path/iter-000012/       the state after iteration 12 (arrays + JSON attributes)
+    path/iter-000012/       the state after iteration 12 (arrays + JSON attributes, and
+                            what ``save(..., extra=...)`` adds, e.g. KMultipleMeans's
+                            per-chunk rows of S in ``rows/``)
     path/latest.json        {"group": "iter-000012"} — replaced atomically (os.replace)
 
 Each iteration writes a new ``iter-*`` group completely, then replaces
@@ -48,6 +50,13 @@ class Checkpoint:
     def exists(self):
         return os.path.exists(self._pointer)
 
+    def stored_identity(self):
+        """The identity recorded in the checkpoint at ``path`` (``{}`` if none)."""
+        if not self.exists():
+            return {}
+        group = zarr.open_group(self.path, mode="r")
+        return dict(group.attrs.get("dqkm_checkpoint", {}).get("identity", {}))
+
     def check_identity(self):
         """Refuse a checkpoint of another estimator or another data set."""
         group = zarr.open_group(self.path, mode="r")
@@ -56,7 +65,8 @@ class Checkpoint:
             raise CheckpointMismatchError(f"{self.path!r} is not a dqkm checkpoint (format "
                                           f"{found.get('format_version')!r}).")
         mine = self.identity
-        for key in sorted(set(mine) | set(found.get("identity", {}))):
+        keys = sorted(set(mine) | set(found.get("identity", {})))
+        for key in sorted(keys, key=lambda k: k != "estimator"):  # the estimator first
             a, b = found.get("identity", {}).get(key), mine.get(key)
             if a != b:
                 raise CheckpointMismatchError(
@@ -73,7 +83,22 @@ class Checkpoint:
                             "format_version": CHECKPOINT_FORMAT_VERSION,
                             "identity": self.identity}})
 
-    def save(self, iteration: int, arrays: dict, meta: dict):
+    def save(self, iteration: int, arrays: dict, meta: dict, extra=None):
+        """Write the state after ``iteration`` and make it the latest.
+
+        Parameters
+        ----------
+        iteration : int
+            Names the new group ``iter-NNNNNN``.
+        arrays : dict of str to ndarray
+        meta : dict
+            JSON-serialisable values (NumPy scalars and arrays allowed).
+        extra : callable, optional
+            ``extra(directory)`` writes more content into the new group's
+            directory (e.g. per-chunk state written by the workers) after the
+            arrays and before ``latest.json`` names the group, so a crash in
+            it leaves the previous state the latest.
+        """
         name = f"iter-{iteration:06d}"
         sub = os.path.join(self.path, name)
         if os.path.exists(sub):
@@ -82,9 +107,11 @@ class Checkpoint:
         for k, v in arrays.items():
             v = np.asarray(v)
             a = group.create_array(k, shape=v.shape, dtype=v.dtype,
-                                   chunks=v.shape if v.size else None)
+                                   chunks=tuple(max(n, 1) for n in v.shape))
             a[...] = v
         group.attrs["state"] = json.loads(json.dumps(meta, default=json_default))
+        if extra is not None:
+            extra(sub)
         previous = self._latest_name()
         tmp = self._pointer + ".tmp"
         with open(tmp, "w") as f:
@@ -100,6 +127,11 @@ class Checkpoint:
             return None
         with open(self._pointer) as f:
             return json.load(f)["group"]
+
+    def latest_path(self):
+        """The directory of the latest complete state (None if there is none)."""
+        name = self._latest_name()
+        return None if name is None else os.path.join(self.path, name)
 
     def load(self):
         """``(arrays, meta)`` of the latest complete state."""

@@ -224,11 +224,16 @@ class KMeans(DqkmClusterer):
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
 
     def _checkpoint_identity(self, Xd):
-        return {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
-                "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
-                "n_clusters": int(self.n_clusters),
-                "random_state": self.random_state if isinstance(self.random_state, int) else None,
-                "init": self.init if isinstance(self.init, str) else "array"}
+        identity = {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
+                    "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
+                    "n_clusters": int(self.n_clusters),
+                    "random_state": (self.random_state if isinstance(self.random_state, int)
+                                     else None),
+                    "init": self.init if isinstance(self.init, str) else "array"}
+        # An estimator that runs this K-means inside its own fit (SparseEmbeddedKMeans)
+        # names itself and its own parameters, so its checkpoints are told apart.
+        identity.update(getattr(self, "_owner_identity", {}))
+        return identity
 
     def _fit_runs(self, Xd, n_init, rng, callback, checkpoint, resume):
         """The ``n_init`` runs, keeping the best; checkpointed when asked."""

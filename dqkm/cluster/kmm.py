@@ -12,10 +12,12 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
-from ..parallel.engine import maybe_persist
-from ..parallel.kmm import kmm, predict_labels, prototype_distances
+from ..parallel.engine import SchedulerLostError, maybe_persist
+from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
+                            prototype_distances, read_rows, write_rows)
 from ..parallel.lloyd import sample_rows
 from ._base import DqkmClusterer, check_param
+from ._checkpoint import Checkpoint, CheckpointMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +229,7 @@ class KMultipleMeans(DqkmClusterer):
                              f"{max(c, self.n_neighbors)}. X has too few distinct rows.")
         return A, mu, V, info
 
-    def fit(self, X, y=None, *, callback=None):
+    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
         """Compute the K-Multiple-Means clustering.
 
         Parameters
@@ -235,7 +237,23 @@ class KMultipleMeans(DqkmClusterer):
         X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
         y : ignored
         callback : callable, optional
-            ``callback(record)`` after every outer iteration.
+            ``callback(record)`` after every outer iteration (``record`` is the
+            iteration's ``history_`` entry).
+        checkpoint : str or PathLike, optional
+            A local directory where the state after every outer iteration is
+            written as a Zarr group, atomically: the driver state (prototypes,
+            β, α, θ, SᵀS, column sums and SᵀX of the current S, the RNG
+            state, history, the SVD basis and seeding statistics) and, written
+            by the workers, every chunk's rows of S with their reference
+            nearest prototypes, outlier flags and (``solver='fast'``)
+            projections.  On a multi-machine cluster the directory must be on
+            a filesystem the driver and all workers share, like the Zarr data.
+        resume : bool, default=False
+            Continue from ``checkpoint`` if it holds a state (without redoing
+            the initialisation); the result is the same as an uninterrupted fit
+            with the same seed.  A checkpoint of another estimator, of other
+            parameters or of another data set (or the same data in other row
+            chunks) is refused with a ``CheckpointMismatchError``.
 
         Returns
         -------
@@ -246,7 +264,16 @@ class KMultipleMeans(DqkmClusterer):
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(np.random.SeedSequence(rs.randint(2**31 - 1)))
         Xd, _ = maybe_persist(Xd, self.persist)
-        A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
+        ck = Checkpoint(checkpoint, self._checkpoint_identity(Xd, m)) if checkpoint else None
+        start = None
+        if ck is not None and resume and ck.exists():
+            start, mu, V, seed_info = self._load_checkpoint(ck, Xd)
+            A = start.prototypes
+            logger.info("resuming from %s after iteration %d", checkpoint, start.iteration)
+        else:
+            if ck is not None:
+                ck.start()
+            A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
         c, ell = self.n_clusters, self.n_neighbors
         if c * ell > A.shape[0]:
             warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {A.shape[0]} "
@@ -254,10 +281,34 @@ class KMultipleMeans(DqkmClusterer):
                           "cluster needs at least that many and the graph can hardly split "
                           "into n_clusters components. Use more prototypes or fewer "
                           "neighbours.", UserWarning, stacklevel=2)
-        res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
-                  solver=self.solver, mu=mu, V=V, max_iter=self.max_iter,
-                  max_inner_iter=self.max_inner_iter, detect_outliers=bool(self.detect_outliers),
-                  split_every=self.split_every, rng=rng, callback=callback)
+        saved = {"iteration": start.iteration if start is not None else 0}
+
+        def on_iteration(state):
+            arrays, meta = state.pack()
+            arrays.update(mu=mu, V=V)
+            meta.update(seeding=seed_info, n_prototypes=int(A.shape[0]))
+            ck.save(state.iteration, arrays, meta,
+                    extra=lambda directory: write_rows(state.rows, directory))
+            saved["iteration"] = state.iteration
+
+        try:
+            res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
+                      solver=self.solver, mu=mu, V=V, max_iter=self.max_iter,
+                      max_inner_iter=self.max_inner_iter,
+                      detect_outliers=bool(self.detect_outliers), split_every=self.split_every,
+                      rng=rng, callback=callback,
+                      on_iteration=on_iteration if ck is not None else None, start=start)
+        except SchedulerLostError as e:
+            if ck is not None and ck.exists():
+                hint = (f" The state after outer iteration {saved['iteration']} is in the "
+                        f"checkpoint {str(checkpoint)!r}: connect a new Client and call "
+                        f"fit(X, checkpoint={str(checkpoint)!r}, resume=True) to continue.")
+            elif ck is not None:
+                hint = (f" The checkpoint {str(checkpoint)!r} holds no state yet; fit again "
+                        "with a new Client.")
+            else:
+                hint = " Pass checkpoint=PATH to fit to be able to resume after such a failure."
+            raise SchedulerLostError(f"{type(self).__name__}.fit: {e}{hint}") from e
         self.prototypes_ = res.prototypes.astype(Xd.dtype)
         self.prototype_labels_ = res.proto_comp
         self.n_prototypes_ = int(A.shape[0])
@@ -271,6 +322,33 @@ class KMultipleMeans(DqkmClusterer):
         self.labels_ = self._output(res.labels, lazy)
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
         return self
+
+    def _checkpoint_identity(self, Xd, m):
+        """What a checkpoint must match: the estimator, the data's shape and
+        dtype, and the parameters that change the fit's path."""
+        return {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
+                "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
+                "n_clusters": int(self.n_clusters),
+                "n_prototypes": m if isinstance(m, str) else int(m),
+                "n_neighbors": int(self.n_neighbors), "solver": self.solver,
+                "detect_outliers": bool(self.detect_outliers),
+                "random_state": (self.random_state
+                                 if isinstance(self.random_state, (int, np.integer)) else None),
+                "init": self.init if isinstance(self.init, str) else "array"}
+
+    def _load_checkpoint(self, ck, Xd):
+        """``(KMMState, mu, V, seeding)`` from the latest state of ``ck``."""
+        arrays, meta = ck.load()  # checks the identity first
+        chunks = tuple(int(x) for x in Xd.chunks[0])
+        if tuple(meta["row_chunks"]) != chunks:
+            raise CheckpointMismatchError(
+                f"checkpoint {ck.path!r} holds the rows of S for X in "
+                f"{describe_row_chunks(meta['row_chunks'])}, but this X is in "
+                f"{describe_row_chunks(chunks)}; refusing to mix them. Give X in the same row "
+                "chunks, or use another checkpoint path or resume=False to start over.")
+        rows = read_rows(ck.latest_path(), len(chunks))
+        state = KMMState.unpack(arrays, meta, rows)
+        return state, arrays["mu"], arrays["V"], dict(meta["seeding"])
 
     def fit_predict(self, X, y=None, **kwargs):
         return self.fit(X, **kwargs).labels_

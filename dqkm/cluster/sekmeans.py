@@ -15,6 +15,7 @@ from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_emb
 from ..parallel.embedding import embed, embed_assign, original_space_moments
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
+from ._checkpoint import Checkpoint
 from .kmeans import KMeans
 
 logger = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
                   "instead.")
 
     # ---------------------------------------------------------------- fitting
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
         """Embed X, run K-means on the embedding, map the clusters back.
 
         Passes over X: the embedded K-means's passes over X̂ (X̂ computed
@@ -203,6 +204,19 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         X : array-like, scipy.sparse (CSR/COO), Dask array (dense or CSR chunks)
             or Zarr array, of shape (n_samples, n_features)
         y : ignored
+        callback : callable, optional
+            ``callback(record, centers)`` after every iteration of the
+            embedded K-means (centers in the embedded space).
+        checkpoint : str or PathLike, optional
+            A local directory where the embedded K-means's driver state
+            (embedded centers, iteration, RNG state, history) is written
+            as a Zarr group after every iteration, atomically, with the
+            seed of the embedding (see :meth:`dqkm.KMeans.fit`).
+        resume : bool, default=False
+            Continue from ``checkpoint``: the embedding is drawn again from
+            the recorded seed and the K-means continues where it stopped,
+            giving the result of an uninterrupted fit.  A checkpoint of
+            another estimator, embedding or data set is refused.
 
         Returns
         -------
@@ -211,7 +225,13 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Xd, lazy = self._validate_X(X, reset=True)
         d, km_params = self._check_params(Xd.shape[0], Xd.shape[1])
         rs = check_random_state(self.random_state)
-        root = np.random.SeedSequence(int(rs.randint(2**31 - 1)))
+        seed = int(rs.randint(2**31 - 1))
+        if checkpoint and resume and not isinstance(self.random_state, (int, np.integer)):
+            # The embedding must be the one the checkpoint was written with.
+            stored = Checkpoint(checkpoint, {}).stored_identity()
+            if stored.get("estimator") == type(self).__name__:
+                seed = int(stored.get("embedding_seed", seed))
+        root = np.random.SeedSequence(seed)
         emb_seed, km_seed = root.spawn(2)
         if self.embedding == "sparse":
             emb = draw_sparse_embedding(Xd.shape[1], d, emb_seed)
@@ -219,7 +239,12 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             emb = draw_dense_embedding(Xd.shape[1], d, emb_seed, dtype=Xd.dtype)
         km_params.setdefault("random_state", int(km_seed.generate_state(1)[0] >> 1))
         Xh = embed(Xd, emb)
-        km = KMeans(self.n_clusters, **km_params).fit(Xh)
+        km = KMeans(self.n_clusters, **km_params)
+        km._owner_identity = {"estimator": type(self).__name__, "embedding": self.embedding,
+                              "n_components": d, "n_features_original": int(Xd.shape[1]),
+                              "embedding_seed": seed}
+        km.fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume)
+        del km._owner_identity
         counts, means, m2 = original_space_moments(Xd, emb, km.cluster_centers_,
                                                    split_every=km_params.get("split_every"))
         self.embedding_ = emb
@@ -237,8 +262,8 @@ class SparseEmbeddedKMeans(DqkmClusterer):
                     self.embedding, d, self.inertia_, self.embedded_inertia_)
         return self
 
-    def fit_predict(self, X, y=None):
-        return self.fit(X).labels_
+    def fit_predict(self, X, y=None, **kwargs):
+        return self.fit(X, **kwargs).labels_
 
     # ------------------------------------------------------------- inference
     def transform(self, X):

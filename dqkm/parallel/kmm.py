@@ -14,6 +14,11 @@ The data side of F is never gathered by F-KMM: a chunk rebuilds its rows as
 Memory per worker: a few chunks of X plus, per chunk, l·(int32 + float64)
 per row for S and (F-KMM) d′ + 2 floats per row for the projections.
 
+Checkpoints: ``kmm(..., on_iteration=...)`` hands over a :class:`KMMState`
+after every outer iteration (the driver state and the persisted per-chunk
+rows, which :func:`write_rows` stores from the workers), and
+``kmm(..., start=state)`` continues from one (rows from :func:`read_rows`).
+
 References
 ----------
 Y. Fujiwara et al., *Efficient Algorithm for K-Multiple-Means*, SIGMOD 2024,
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import time
 import uuid
 import warnings
@@ -33,6 +39,7 @@ import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
+import zarr
 from dask.delayed import delayed
 from dask.highlevelgraph import HighLevelGraph
 from sklearn.exceptions import ConvergenceWarning
@@ -41,14 +48,15 @@ from threadpoolctl import threadpool_limits
 from ..kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, SpectralTerm,
                            can_weights, nearest_prototypes, project)
 from ..kernels.kmm_init import outlier_mask
-from ..kernels.kmm_spectral import (block_eigen, chunk_statistics, components,
+from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
                                     merge_statistics, prototype_matrix, reference_svd)
 from ..kernels.lloyd import assign_labels
 from .engine import broadcast, compute, tree_reduce
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KMMResult", "kmm", "predict_labels", "prototype_distances"]
+__all__ = ["KMMResult", "KMMState", "describe_row_chunks", "kmm", "predict_labels",
+           "prototype_distances", "read_rows", "write_rows"]
 
 _SQRT_HALF = np.sqrt(0.5)
 
@@ -173,6 +181,90 @@ def _labels_block(st, proto_comp):
     return np.where(first >= 0, proto_comp[np.maximum(first, 0)], -1).astype(np.int64)
 
 
+_ROW_FIELDS = ("idx", "w", "ref", "skip")
+_LB_FIELDS = ("lb_t", "lb_perp", "lb_norm2")  # the rows' rank-d′ projections (fast only)
+
+
+def _write_rows_block(st, path):
+    """Store one chunk's per-row state as the Zarr v3 group ``path`` (on a worker)."""
+    arrays = {k: st[k] for k in _ROW_FIELDS}
+    if st["lb"] is not None:
+        arrays.update(zip(_LB_FIELDS, st["lb"]))
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    for k, v in arrays.items():
+        v = np.ascontiguousarray(v)
+        group.create_array(k, data=v, chunks=tuple(max(s, 1) for s in v.shape),
+                           compressors=None)
+    return int(st["idx"].shape[0])
+
+
+def _read_rows_block(path):
+    """One chunk's per-row state back from :func:`_write_rows_block`'s group."""
+    group = zarr.open_group(path, mode="r")
+    st = {k: np.asarray(group[k][...]) for k in _ROW_FIELDS}
+    st["lb"] = (tuple(np.asarray(group[k][...]) for k in _LB_FIELDS)
+                if _LB_FIELDS[0] in group else None)
+    return st
+
+
+def describe_row_chunks(sizes):
+    """``'6 row chunks of 500'`` or ``'3 row chunks (500, 500, 200)'`` (shortened)."""
+    sizes = [int(x) for x in sizes]
+    n = f"{len(sizes)} row chunk{'s' if len(sizes) != 1 else ''}"
+    if sizes and len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]:
+        tail = "" if sizes[-1] == sizes[0] else f", the last {sizes[-1]}"
+        return f"{n} of {sizes[0]}{tail}"
+    shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+    return f"{n} ({shown})"
+
+
+def _rows_path(directory, i):
+    return os.path.join(directory, "rows", f"{i:06d}")
+
+
+def write_rows(rows, directory):
+    """Write the persisted per-chunk rows of S under ``directory/rows/NNNNNN/``.
+
+    Each chunk's neighbours ``idx``, weights ``w``, reference nearest
+    prototypes ``ref``, outlier flags ``skip`` and (fast) projections
+    ``lb_t``/``lb_perp``/``lb_norm2`` become one Zarr v3 group, written by the
+    worker that holds the chunk (one task per chunk, one compute for all):
+    on a multi-machine cluster ``directory`` must be on a filesystem every
+    worker and the driver share, like the Zarr data itself.
+
+    Parameters
+    ----------
+    rows : list of Delayed
+        ``KMMState.rows``.
+    directory : str
+        An existing local directory (a checkpoint's new ``iter-*`` group).
+
+    Returns
+    -------
+    list of int
+        The number of rows of each chunk.
+    """
+    directory = os.path.abspath(str(directory))
+    zarr.open_group(os.path.join(directory, "rows"), mode="w", zarr_format=3)
+    token = uuid.uuid4().hex[:12]
+    tasks = [delayed(_write_rows_block, pure=False)(b, _rows_path(directory, i),
+                                                    dask_key_name=f"dqkm-kmm-save-{token}-{i}")
+             for i, b in enumerate(rows)]
+    return [int(n) for n in compute(*tasks)]
+
+
+def read_rows(directory, n_blocks):
+    """The rows written by :func:`write_rows` as ``n_blocks`` delayed load tasks
+    (run by the workers, one per chunk), persisted: the ``rows`` of a
+    :class:`KMMState`.  ``directory`` must be readable by every worker."""
+    directory = os.path.abspath(str(directory))
+    token = uuid.uuid4().hex[:12]
+    tasks = [delayed(_read_rows_block, pure=False)(_rows_path(directory, i),
+                                                   dask_key_name=f"dqkm-kmm-load-{token}-{i}")
+             for i in range(n_blocks)]
+    return list(dask.persist(*tasks))
+
+
 # --------------------------------------------------------------------------- graph level
 def _raise_nonfinite(kind):
     raise ValueError(f"Input X contains {kind}. dqkm estimators need finite values; "
@@ -284,6 +376,89 @@ class KMMResult:
     history: list = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class KMMState:
+    """The state of :func:`kmm` after an outer iteration: what a checkpoint holds.
+
+    Continuing from it (``kmm(..., start=state)``) gives the same result, bit
+    for bit, as the uninterrupted loop.  The components, the prototype side
+    of D_F and F are recomputed from ``stats`` (deterministically).
+
+    Attributes
+    ----------
+    iteration : int
+        t, the outer iterations done.
+    prototypes : ndarray of shape (m, d), float64
+        The prototypes that produced the current S.
+    beta, alpha : float
+    theta : float or None
+        θ of Algorithm 7 (``detect_outliers``).
+    n_outliers : int
+    stats : ChunkStatistics
+        SᵀS, column sums and SᵀX of the current S (what eq. 14 and the next
+        F need).
+    scalars : dict
+        The other sums of the last pass (``sum_wd``, ``changed``, …).
+    history : list of dict
+    unmet : list of int
+        Outer iterations that ended with b ≠ c.
+    converged : bool
+    rng_state : dict
+        ``rng.bit_generator.state`` at the end of the iteration.
+    rows : list of Delayed
+        The per-chunk rows of S (and their per-row companions), persisted on
+        the workers; see :func:`write_rows` and :func:`read_rows`.
+    row_chunks : tuple of int
+        The row chunks of X the rows belong to.
+    """
+
+    iteration: int
+    prototypes: np.ndarray
+    beta: float
+    alpha: float
+    theta: float | None
+    n_outliers: int
+    stats: ChunkStatistics
+    scalars: dict
+    history: list
+    unmet: list
+    converged: bool
+    rng_state: dict
+    rows: list
+    row_chunks: tuple
+
+    def pack(self):
+        """``(arrays, meta)`` for a checkpoint (``rows`` excepted: :func:`write_rows`)."""
+        sts = sp.csr_matrix(self.stats.sts)
+        arrays = {"prototypes": self.prototypes, "sts_data": sts.data,
+                  "sts_indices": sts.indices, "sts_indptr": sts.indptr,
+                  "colsum": self.stats.colsum, "stx": self.stats.stx}
+        meta = {"iteration": int(self.iteration), "beta": float(self.beta),
+                "alpha": float(self.alpha), "theta": self.theta,
+                "n_outliers": int(self.n_outliers), "scalars": self.scalars,
+                "history": self.history, "unmet": list(self.unmet),
+                "converged": bool(self.converged), "rng": self.rng_state,
+                "row_chunks": [int(x) for x in self.row_chunks]}
+        return arrays, meta
+
+    @classmethod
+    def unpack(cls, arrays, meta, rows):
+        """The state from :meth:`pack`'s ``(arrays, meta)`` and the rows of
+        :func:`read_rows`."""
+        m = arrays["colsum"].shape[0]
+        sts = sp.csr_matrix((arrays["sts_data"], arrays["sts_indices"], arrays["sts_indptr"]),
+                            shape=(m, m))
+        stats = ChunkStatistics(sts, arrays["colsum"], arrays["stx"])
+        return cls(iteration=int(meta["iteration"]), prototypes=arrays["prototypes"],
+                   beta=float(meta["beta"]), alpha=float(meta["alpha"]),
+                   theta=None if meta["theta"] is None else float(meta["theta"]),
+                   n_outliers=int(meta["n_outliers"]), stats=stats,
+                   scalars=dict(meta["scalars"]), history=list(meta["history"]),
+                   unmet=list(meta["unmet"]), converged=bool(meta["converged"]),
+                   rng_state=meta["rng"], rows=list(rows),
+                   row_chunks=tuple(int(x) for x in meta["row_chunks"]))
+
+
 def _proto_side(A, mu, V, pruned):
     if not pruned:
         return None
@@ -293,7 +468,7 @@ def _proto_side(A, mu, V, pruned):
 
 def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=None,
         max_iter=30, max_inner_iter=30, detect_outliers=False, split_every=None, rng=None,
-        dense_svd_max=40_000_000, callback=None):
+        dense_svd_max=40_000_000, callback=None, on_iteration=None, start=None):
     """K-Multiple-Means (``solver='svd'``) or F-KMM (``solver='fast'``) on a Dask array.
 
     Passes over X: one (β = 0, Algorithm 4 line 8), one more with
@@ -307,7 +482,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     ----------
     X : dask array of shape (n, d), chunked along rows
     prototypes : ndarray of shape (m, d)
-        Initial prototypes.
+        Initial prototypes (ignored with ``start``).
     n_clusters : int
     n_neighbors : int
     solver : {'fast', 'svd'}
@@ -321,6 +496,14 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         The reference uses a dense SVD of S̃ while n·m is at most this.
     callback : callable, optional
         ``callback(record)`` after every outer iteration.
+    on_iteration : callable, optional
+        ``on_iteration(state)`` with the :class:`KMMState` after every outer
+        iteration, before ``callback`` (checkpointing).
+    start : KMMState, optional
+        Continue from this state (``prototypes``, ``detect_outliers``' θ and
+        the first pass are taken from it; ``rng`` is set to its state); the
+        result is the same as the uninterrupted loop's.  A state that has
+        converged or reached ``max_iter`` only gives its result.
 
     Returns
     -------
@@ -330,7 +513,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     c = int(n_clusters)
     ell = int(n_neighbors)
     pruned = solver == "fast"
-    A = np.array(prototypes, dtype=np.float64, copy=True)
+    A = np.array(prototypes if start is None else start.prototypes, dtype=np.float64, copy=True)
     m = A.shape[0]
     passes = _Passes(X, split_every)
 
@@ -342,21 +525,36 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         st.update(kw)
         return st
 
-    theta = None
-    if detect_outliers:
-        theta = passes.theta(base_state(A, 0.0, MODE_NONE))
-    t0 = time.perf_counter()
-    res = passes.run(base_state(A, 0.0, MODE_NONE, theta=theta))
-    n_out = res["n_out"]
-    if res["n_in"] == 0:
-        raise ValueError("Every sample was marked as an outlier; nothing left to cluster.")
-    alpha = res["alpha"] / res["n_in"]
-    beta = alpha  # Algorithm 4, line 9: set once, never reset
-    comps = components(res["stats"].sts, res["stats"].colsum)
-    step = {"beta": [0.0], "n_components": [comps.n_components],
-            "seconds": [time.perf_counter() - t0], "exact": res["n_exact"], "pairs": res["n_pairs"],
-            "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0, "spectral_seconds": 0.0,
-            "f_updates": 0}
+    if start is None:
+        theta = None
+        if detect_outliers:
+            theta = passes.theta(base_state(A, 0.0, MODE_NONE))
+        t0 = time.perf_counter()
+        res = passes.run(base_state(A, 0.0, MODE_NONE, theta=theta))
+        n_out = res["n_out"]
+        if res["n_in"] == 0:
+            raise ValueError("Every sample was marked as an outlier; nothing left to cluster.")
+        alpha = res["alpha"] / res["n_in"]
+        beta = alpha  # Algorithm 4, line 9: set once, never reset
+        comps = components(res["stats"].sts, res["stats"].colsum)
+        step = {"beta": [0.0], "n_components": [comps.n_components],
+                "seconds": [time.perf_counter() - t0], "exact": res["n_exact"],
+                "pairs": res["n_pairs"], "eig_computed": 0, "eig_naive": 0, "eig_lemma": 0,
+                "spectral_seconds": 0.0, "f_updates": 0}
+        history, unmet, converged, t_done = [], [], False, 0
+    else:
+        if tuple(start.row_chunks) != tuple(passes.sizes) or len(start.rows) != len(passes.sizes):
+            raise ValueError(f"The state to continue from holds the rows of S of X in "
+                             f"{describe_row_chunks(start.row_chunks)}, but X is in "
+                             f"{describe_row_chunks(passes.sizes)}; rechunk X as it was.")
+        beta, alpha, theta, n_out = start.beta, start.alpha, start.theta, start.n_outliers
+        res = dict(start.scalars, stats=start.stats)
+        comps = components(res["stats"].sts, res["stats"].colsum)
+        passes.blocks = list(start.rows)
+        rng.bit_generator.state = start.rng_state
+        step = None  # every iteration after the first starts a new one
+        history, unmet = list(start.history), list(start.unmet)
+        converged, t_done = start.converged, start.iteration
 
     def spectral_state(res, comps):
         """D_F's prototype side from the current S: eq. (56) if b ≥ c, else F."""
@@ -404,11 +602,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
             step["eig_lemma"] += eig.n_lemma
         return new, cc
 
-    history = []
-    unmet = []
-    converged = False
-    t = 0
-    for t in range(1, max_iter + 1):
+    t = t_done
+    last = t_done if converged else max_iter
+    for t in range(t_done + 1, last + 1):
         t_it = time.perf_counter()
         shift = 0.0
         if t > 1:
@@ -445,9 +641,18 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         history.append(rec)
         logger.info("KMM iteration %d: b=%d, beta=%.4g, objective %.6g, %d changed, %.3fs", t,
                     comps.n_components, beta, objective, rec["n_changed"], rec["seconds"])
+        done = t > 1 and res["changed"] == 0
+        if on_iteration is not None:
+            on_iteration(KMMState(
+                iteration=t, prototypes=A, beta=float(beta), alpha=float(alpha), theta=theta,
+                n_outliers=int(n_out), stats=res["stats"],
+                scalars={k: v for k, v in res.items() if k != "stats"},
+                history=list(history), unmet=list(unmet), converged=done,
+                rng_state=rng.bit_generator.state, rows=list(passes.blocks),
+                row_chunks=tuple(passes.sizes)))
         if callback is not None:
             callback(rec)
-        if t > 1 and res["changed"] == 0:
+        if done:
             converged = True
             break
     if unmet:

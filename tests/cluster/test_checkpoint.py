@@ -53,6 +53,48 @@ def test_resume_equals_uninterrupted(tmp_path, X, make, stop_at):
     assert [h["objective"] for h in resumed.history_] == [h["objective"] for h in full.history_]
 
 
+@pytest.mark.parametrize("embedding", ["sparse", "dense"])
+@pytest.mark.parametrize("random_state", [3, None])
+def test_sparse_embedded_kmeans_resume_equals_uninterrupted(tmp_path, embedding, random_state):
+    Xs = make_blobs(3000, 40, centers=6, cluster_std=4.0, random_state=1)[0]
+    make = lambda: dqkm.SparseEmbeddedKMeans(  # noqa: E731
+        6, n_components=12, embedding=embedding, random_state=random_state,
+        kmeans={"init": "random", "n_init": 2, "max_iter": 30})
+    with pytest.raises(Interrupt):
+        make().fit(Xs, checkpoint=tmp_path / "ck", callback=_interrupt_after(3))
+    resumed = make().fit(Xs, checkpoint=tmp_path / "ck", resume=True)
+    if random_state is None:  # the uninterrupted fit with the seed the checkpoint recorded
+        from dqkm.cluster import sekmeans
+        from dqkm.cluster._checkpoint import Checkpoint
+
+        seed = Checkpoint(tmp_path / "ck", {}).stored_identity()["embedding_seed"]
+
+        class Drawn:  # a random_state=None draw that happens to give the recorded seed
+            def randint(self, *args, **kwargs):
+                return seed
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sekmeans, "check_random_state", lambda rs: Drawn())
+            full = make().fit(Xs)
+    else:
+        full = make().fit(Xs)
+    np.testing.assert_array_equal(resumed.embedded_centers_, full.embedded_centers_)
+    np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
+    np.testing.assert_array_equal(resumed.labels_, full.labels_)
+    assert resumed.inertia_ == full.inertia_ and resumed.n_iter_ == full.n_iter_
+    assert [h["objective"] for h in resumed.history_] == [h["objective"] for h in full.history_]
+    # another embedding or another estimator's checkpoint is refused
+    other = "dense" if embedding == "sparse" else "sparse"
+    with pytest.raises(CheckpointMismatchError, match=f"embedding={embedding!r}, but this fit "
+                                                      f"has embedding={other!r}"):
+        dqkm.SparseEmbeddedKMeans(6, n_components=12, embedding=other, random_state=3).fit(
+            Xs, checkpoint=tmp_path / "ck", resume=True)
+    with pytest.raises(CheckpointMismatchError, match="estimator='SparseEmbeddedKMeans', but "
+                                                      "this fit has estimator='KMeans'"):
+        dqkm.KMeans(6, random_state=0).fit(resumed.transform(Xs), checkpoint=tmp_path / "ck",
+                                           resume=True)
+
+
 def test_resume_of_finished_fit_and_fresh_start(tmp_path, X):
     a = dqkm.KMeans(5, random_state=0).fit(X, checkpoint=tmp_path / "ck")
     b = dqkm.KMeans(5, random_state=0).fit(X, checkpoint=tmp_path / "ck", resume=True)
@@ -145,10 +187,9 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
     Xz, _ = datasets.make_blobs(n, d, 16, chunks=62_500, random_state=0,
                                 path=tmp_path / "big.zarr")
     assert Xz.nbytes > 2 * limit
-    estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0)]
-    if hasattr(dqkm, "QKMeans"):
-        estimators.append(dqkm.QKMeans(16, sparsity=2, max_iter=2, tol=0, persist=False,
-                                       palm_iter=5, palm_iter_init=20, random_state=0))
+    estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0),
+                  dqkm.QKMeans(16, sparsity=2, max_iter=2, tol=0, persist=False,
+                               palm_iter=5, palm_iter_init=20, random_state=0)]
     with _cluster(trim_memory=True, memory_limit=limit) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
         peaks, stop = {}, threading.Event()
