@@ -10,7 +10,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..parallel.engine import SchedulerLostError, maybe_persist
+from ..parallel.engine import SchedulerLostError, driver_blas, maybe_persist
 from ..parallel.lloyd import (IterationResult, assign, inertia, kmeans_parallel_init, lloyd,
                               min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
@@ -150,8 +150,9 @@ class KMeans(DqkmClusterer):
         if not np.isfinite(sample.data if sp.issparse(sample) else sample).all():
             raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
                              "values; drop or impute them first.")
-        centers, _ = kmeans_plusplus(sample.astype(np.float64), K,
-                                     random_state=int(rng.integers(2**31 - 1)))
+        with driver_blas():
+            centers, _ = kmeans_plusplus(sample.astype(np.float64), K,
+                                         random_state=int(rng.integers(2**31 - 1)))
         return centers.astype(X.dtype)
 
     def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):

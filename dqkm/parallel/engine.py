@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_SPLIT_EVERY",
     "active_client",
     "block_offsets",
+    "driver_blas",
     "broadcast",
     "compute",
     "compute_settled",
@@ -88,6 +89,21 @@ def _blas_limit_context():
     """
     if active_client() is not None:
         return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def driver_blas():
+    """One BLAS thread for the driver's small dense algebra (k-means++ on a
+    sample or on the k-means‖ candidates).
+
+    Its GEMMs are thin (a few rows against the candidates), where extra BLAS
+    threads gain little, and a multi-threaded OpenBLAS spin-waits when the
+    cores are busy: on a loaded 2-core machine the k-means‖ reduction took
+    10× longer with the default threads (docs/BENCHMARKS.md, sparse-embedded
+    K-means).  scikit-learn's own OpenMP threads are left as they are.
+    """
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, lloyd_partials_csr
-from .engine import broadcast, compute, map_blocks_reduce
+from .engine import broadcast, compute, driver_blas, map_blocks_reduce
 
 logger = logging.getLogger(__name__)
 
@@ -380,5 +380,6 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
     (weights,) = compute(d)
     km = _SkKMeans(n_clusters, init="k-means++", n_init=1,
                    random_state=int(rng.integers(2**31 - 1)))
-    km.fit(cand.astype(np.float64), sample_weight=weights.astype(np.float64) + 1e-12)
+    with driver_blas():
+        km.fit(cand.astype(np.float64), sample_weight=weights.astype(np.float64) + 1e-12)
     return km.cluster_centers_.astype(X.dtype)
