@@ -39,9 +39,9 @@ __all__ = ["BACKENDS", "CONFIG_DIR", "ClusterClient", "available_configs", "buil
 
 logger = logging.getLogger(__name__)
 
-#: Folder of the configs shipped with dqkm (the package is installed editable,
-#: so this is the repository's ``cluster_configs/``).
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "cluster_configs"
+#: Folder of the configs shipped with dqkm (package data, in wheels too; the
+#: repository's top-level ``cluster_configs/`` is a link to it).
+CONFIG_DIR = Path(__file__).resolve().parent / "cluster_configs"
 
 _EXTRA_HINT = "pip install 'dqkm[cluster]'"
 
