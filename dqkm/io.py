@@ -22,6 +22,7 @@ import numpy as np
 import zarr
 
 from ._json import json_default
+from ._zarr_compat import local_chunk_reader
 from .parallel.data import to_dask
 from .parallel.engine import compute_settled
 
@@ -64,6 +65,11 @@ def open_store(path, component=None, *, storage_options=None):
 
 
 def _from_zarr(arr, chunks=None) -> da.Array:
+    # A local, row-chunked Zarr v3 store: one task per stored chunk, each
+    # reading its file directly (see dqkm._zarr_compat for why and when).
+    reader = local_chunk_reader(arr, chunks)
+    if reader is not None:
+        return reader.to_dask()
     # Read whole rows per Dask chunk even if the store is also chunked along
     # features: a Dask chunk then spans several Zarr chunks, no rechunk needed.
     rows = chunks if chunks is not None else arr.chunks[0]

@@ -7,6 +7,7 @@ import math
 import dask.array as da
 import numpy as np
 
+from .._zarr_compat import local_chunk_reader
 from .engine import cpu_count
 
 __all__ = ["auto_row_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]
@@ -47,7 +48,9 @@ def to_dask(X, chunks=None) -> da.Array:
             X = X.rechunk({0: chunks})
         return X
     if type(X).__module__.startswith("zarr"):
-        return to_dask(da.from_zarr(X), chunks=chunks)
+        reader = local_chunk_reader(X)
+        return to_dask(reader.to_dask() if reader is not None else da.from_zarr(X),
+                       chunks=chunks)
     X = np.asarray(X)
     if X.ndim != 2:
         return da.from_array(X, chunks=X.shape or ())  # caller's validation reports ndim

@@ -1,0 +1,113 @@
+"""The fast local Zarr reader (dqkm._zarr_compat) against zarr-python's own reads."""
+
+import os
+
+import dask
+import numpy as np
+import pytest
+import zarr
+from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, TransposeCodec, ZstdCodec
+
+from dqkm import io
+from dqkm._zarr_compat import local_chunk_reader
+
+COMPRESSORS = {"none": None, "zstd": ZstdCodec(level=1), "gzip": GzipCodec(),
+               "blosc": BloscCodec()}
+
+
+def _layers(x):
+    return list(x.dask.layers)
+
+
+@pytest.mark.parametrize("compressor", sorted(COMPRESSORS))
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
+def test_reads_equal_zarr_with_an_edge_chunk(tmp_path, compressor, dtype):
+    rng = np.random.default_rng(0)
+    data = (rng.standard_normal((1003, 7)) * 100).astype(dtype)
+    arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(250, 7), dtype=dtype,
+                            compressors=COMPRESSORS[compressor])
+    arr[...] = data
+    arr = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    assert local_chunk_reader(arr) is not None
+    x = io._from_zarr(arr)
+    assert x.chunks == ((250, 250, 250, 250, 3), (7,))
+    assert any(name.startswith("zarr-read-") for name in _layers(x))
+    out = x.compute()
+    assert out.dtype == data.dtype
+    np.testing.assert_array_equal(out, arr[...])
+    np.testing.assert_array_equal(out, data)
+
+
+def test_group_component_1d_array_and_missing_chunks(tmp_path):
+    group = zarr.open_group(tmp_path / "g.zarr", mode="w", zarr_format=3)
+    X = group.create_array("X", shape=(10, 3), chunks=(4, 3), dtype="float64", fill_value=7.0)
+    X[4:8] = np.arange(12.0).reshape(4, 3)  # chunks 0 and 2 are never written
+    y = group.create_array("y", shape=(10,), chunks=(4,), dtype="int64")
+    y[...] = np.arange(10)
+    assert not os.path.exists(tmp_path / "g.zarr" / "X" / "c" / "0" / "0")
+    loaded = io.load_array(tmp_path / "g.zarr", "X")
+    assert any(name.startswith("zarr-read-") for name in _layers(loaded))
+    np.testing.assert_array_equal(loaded.compute(), X[...])
+    assert (loaded.compute()[:4] == 7.0).all()
+    labels = io.load_array(tmp_path / "g.zarr", "y")
+    assert any(name.startswith("zarr-read-") for name in _layers(labels))
+    np.testing.assert_array_equal(labels.compute(), np.arange(10))
+
+
+def test_v2_chunk_key_encoding(tmp_path):
+    data = np.arange(60.0).reshape(20, 3)
+    arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(6, 3), dtype="f8",
+                            chunk_key_encoding={"name": "v2", "separator": "."})
+    arr[...] = data
+    assert os.path.exists(tmp_path / "a.zarr" / "1.0")
+    assert local_chunk_reader(arr) is not None
+    np.testing.assert_array_equal(io._from_zarr(arr).compute(), data)
+
+
+@pytest.mark.parametrize("case", ["sharded", "feature_chunks", "big_endian", "transpose",
+                                  "zarr_v2", "other_row_chunks", "switched_off"])
+def test_everything_else_falls_back_to_zarr(tmp_path, case):
+    data = np.arange(240.0, dtype="float32").reshape(40, 6)
+    kw = {"shape": data.shape, "dtype": "float32", "chunks": (10, 6)}
+    if case == "sharded":
+        kw.update(chunks=(5, 6), shards=(10, 6))
+    elif case == "feature_chunks":
+        kw.update(chunks=(10, 3))
+    elif case == "big_endian":
+        kw.update(serializer=BytesCodec(endian="big"))
+    elif case == "transpose":
+        kw.update(filters=[TransposeCodec(order=(1, 0))])
+    elif case == "zarr_v2":
+        kw.update(zarr_format=2)
+    arr = zarr.create_array(tmp_path / "a.zarr", **kw)
+    arr[...] = data
+    chunks = 8 if case == "other_row_chunks" else None
+    with dask.config.set({"dqkm.fast-zarr-read": case != "switched_off"}):
+        assert local_chunk_reader(arr, chunks) is None
+        x = io._from_zarr(arr, chunks)
+    assert not any(name.startswith("zarr-read-") for name in _layers(x))
+    np.testing.assert_array_equal(x.compute(), data)
+
+
+def test_a_truncated_chunk_file_is_an_error_not_garbage(tmp_path):
+    arr = zarr.create_array(tmp_path / "a.zarr", shape=(8, 2), chunks=(4, 2), dtype="f8",
+                            compressors=None)
+    arr[...] = 1.0
+    path = tmp_path / "a.zarr" / "c" / "1" / "0"
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(OSError, match="holds 7 values; expected 8"):
+        io._from_zarr(arr).compute()
+
+
+def test_dataset_generated_store_is_read_fast_on_a_local_cluster(tmp_path):
+    from distributed import Client, LocalCluster
+
+    from dqkm import datasets
+
+    X, _ = datasets.make_blobs(5000, 4, 3, chunks=1000, random_state=0, path=tmp_path / "b.zarr")
+    expected = X.compute()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster):
+        Xd = io.as_dask_array(tmp_path / "b.zarr")
+        assert any(name.startswith("zarr-read-") for name in _layers(Xd))
+        np.testing.assert_array_equal(Xd.compute(), expected)
