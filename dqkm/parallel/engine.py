@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ __all__ = [
     "active_client",
     "block_offsets",
     "driver_blas",
+    "one_blas_thread",
     "broadcast",
     "compute",
     "compute_settled",
@@ -89,9 +91,26 @@ def _blas_limit_context():
     """
     if active_client() is not None:
         return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
+    return one_blas_thread()
 
-    return threadpool_limits(limits=1, user_api="blas")
+
+_CONTROLLER = {"n_modules": -1, "controller": None}
+
+
+def one_blas_thread():
+    """A context manager limiting the loaded BLAS libraries to one thread.
+
+    ``threadpoolctl.threadpool_limits`` scans the process's shared libraries
+    on every call (3–4 ms here, as much as a whole Lloyd pass on small data);
+    the scan is kept in a ``ThreadpoolController`` and redone only when new
+    modules were imported since (which may have loaded another BLAS).
+    """
+    from threadpoolctl import ThreadpoolController
+
+    if _CONTROLLER["n_modules"] != len(sys.modules):
+        _CONTROLLER["controller"] = ThreadpoolController()
+        _CONTROLLER["n_modules"] = len(sys.modules)
+    return _CONTROLLER["controller"].limit(limits=1, user_api="blas")
 
 
 def driver_blas():
@@ -104,9 +123,7 @@ def driver_blas():
     10× longer with the default threads (docs/BENCHMARKS.md, sparse-embedded
     K-means).  scikit-learn's own OpenMP threads are left as they are.
     """
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
+    return one_blas_thread()
 
 
 def _show_progress(futures):

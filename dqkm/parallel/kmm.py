@@ -43,7 +43,6 @@ import zarr
 from dask.delayed import delayed
 from dask.highlevelgraph import HighLevelGraph
 from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import threadpool_limits
 
 from ..kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, SpectralTerm,
                            can_weights, nearest_prototypes, project)
@@ -51,7 +50,7 @@ from ..kernels.kmm_init import outlier_mask
 from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
                                     merge_statistics, prototype_matrix, reference_svd)
 from ..kernels.lloyd import assign_labels
-from .engine import broadcast, compute, tree_reduce
+from .engine import broadcast, compute, one_blas_thread, tree_reduce
 
 logger = logging.getLogger(__name__)
 
@@ -568,7 +567,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         inv_sqrt[colsum > 0] = 1.0 / np.sqrt(colsum[colsum > 0])
         if pruned:
             M = prototype_matrix(res["stats"].sts, colsum)
-            with threadpool_limits(limits=1, user_api="blas"):  # small blocks: 1 thread is best
+            with one_blas_thread():  # small blocks: 1 thread is best
                 eig = block_eigen(M, comps, colsum, c, rng)
             keep = (~eig.is_lemma) & (eig.values > 0)
             Q = eig.vectors[:, keep]

@@ -58,3 +58,38 @@ def test_same_result_on_local_cluster(dist_client):
     (total, count), = compute(d)
     np.testing.assert_allclose(total, np.arange(60.0).reshape(20, 3).sum(0))
     assert count == 20
+
+
+def test_blocks_run_with_one_blas_thread_and_the_limit_is_restored():
+    from threadpoolctl import threadpool_info
+
+    from dqkm.parallel import engine
+
+    def blas_threads():
+        return {i["filepath"]: i["num_threads"] for i in threadpool_info()
+                if i["user_api"] == "blas"}
+
+    before = blas_threads()
+    assert before
+    X = da.ones((40, 3), chunks=(10, 3))
+
+    def chunk(block):
+        return [max(blas_threads().values())]
+
+    parts = engine.map_blocks_reduce(X, chunk, lambda ps: sum(ps, []), split_every=2)
+    (seen,) = engine.compute(parts)
+    assert seen == [1, 1, 1, 1]
+    assert blas_threads() == before
+    # the controller is cached, and rebuilt after new imports (a BLAS may come with them)
+    engine.one_blas_thread()
+    cached = engine._CONTROLLER["controller"]
+    engine.one_blas_thread()
+    assert engine._CONTROLLER["controller"] is cached
+    import sys
+    import types
+    sys.modules["_dqkm_test_new_module"] = types.ModuleType("_dqkm_test_new_module")
+    try:
+        engine.one_blas_thread()
+        assert engine._CONTROLLER["controller"] is not cached
+    finally:
+        del sys.modules["_dqkm_test_new_module"]
