@@ -150,9 +150,19 @@ def _csr_rows_times(dst, src, t, indptr, indices, data, poff, ioff, m):  # OUT d
 @njit(nogil=True, cache=True)
 def _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs):
     # OUT out (rows r0 .. r0+t), bufa, bufb (scratch)
+    src = _chain_tile(X, r0, t, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs)
+    k_out = shapes[0, 0]
+    for c in range(t):
+        orow = out[r0 + c]
+        for i in range(k_out):
+            orow[i] = src[i, c]
+
+
+@njit(nogil=True, cache=True)
+def _chain_tile(X, r0, t, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs):
+    # OUT bufa, bufb (scratch); returns the buffer holding (X[r0:r0+t] @ Vᵀ)ᵀ, K × t
     n_factors = shapes.shape[0]
     d_in = X.shape[1]
-    # transpose the tile of X into bufa[:D, :t]
     for c in range(t):
         row = X[r0 + c]
         for j in range(d_in):
@@ -164,11 +174,59 @@ def _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs,
         tmp = src
         src = dst
         dst = tmp
-    k_out = shapes[0, 0]
+    return src
+
+
+@njit(nogil=True, cache=True)
+def _argmin_tile(X, r0, t, labels, best, half, bufa, bufb, shapes, indptr, indices, data,
+                 poffs, ioffs):
+    # OUT labels (rows r0 .. r0+t), best, bufa, bufb (scratch)
+    src = _chain_tile(X, r0, t, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs)
     for c in range(t):
-        orow = out[r0 + c]
-        for i in range(k_out):
-            orow[i] = src[i, c]
+        best[c] = half[0] - src[0, c]
+        labels[r0 + c] = 0
+    for i in range(1, shapes[0, 0]):  # row i of the K × t products, lower index wins ties
+        h = half[i]
+        s = src[i]
+        for c in range(t):
+            v = h - s[c]
+            if v < best[c]:
+                best[c] = v
+                labels[r0 + c] = i
+
+
+@njit(nogil=True, cache=True)
+def argmin_rows_serial(X, labels, half, tile, ld, shapes, indptr, indices, data, poffs,
+                       ioffs):  # OUT labels
+    """``labels[r] = argmin_k half[k] − (X @ Vᵀ)[r, k]`` tile by tile: the products of a
+    tile stay in cache, the n × K matrix is never formed."""
+    n = X.shape[0]
+    maxdim = max(X.shape[1], shapes.max())
+    bufa = np.empty((maxdim, ld), dtype=half.dtype)
+    bufb = np.empty((maxdim, ld), dtype=half.dtype)
+    best = np.empty(ld, dtype=half.dtype)
+    for r0 in range(0, n, tile):
+        t = min(tile, n - r0)
+        _argmin_tile(X, r0, t, labels, best, half, bufa, bufb, shapes, indptr, indices, data,
+                     poffs, ioffs)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def argmin_rows_parallel(X, labels, half, tile, ld, n_workers, shapes, indptr, indices, data,
+                         poffs, ioffs):  # OUT labels
+    """:func:`argmin_rows_serial` with the tiles dealt round-robin to ``n_workers`` threads."""
+    n = X.shape[0]
+    n_tiles = (n + tile - 1) // tile
+    maxdim = max(X.shape[1], shapes.max())
+    for w in prange(n_workers):
+        bufa = np.empty((maxdim, ld), dtype=half.dtype)
+        bufb = np.empty((maxdim, ld), dtype=half.dtype)
+        best = np.empty(ld, dtype=half.dtype)
+        for k in range(w, n_tiles, n_workers):
+            r0 = k * tile
+            t = min(tile, n - r0)
+            _argmin_tile(X, r0, t, labels, best, half, bufa, bufb, shapes, indptr, indices,
+                         data, poffs, ioffs)
 
 
 @njit(nogil=True, cache=True)

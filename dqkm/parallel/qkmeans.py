@@ -117,7 +117,7 @@ def _labels_block(block, state):
     factors, norms = state
     if block.shape[0] == 0:
         return np.empty(0, dtype=np.int32)
-    return _fast_scores(block, factors, norms).argmin(axis=1).astype(np.int32)
+    return factors.nearest_rows(block, norms)
 
 
 def _dist_block(block, state):

@@ -86,6 +86,43 @@ def test_a_rows_result_does_not_depend_on_the_batch(dtype):
     np.testing.assert_array_equal(V @ X[7], Y[7])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("K,D", [(37, 300), (300, 37), (64, 64)])
+@pytest.mark.parametrize("n", [0, 1, 17, 1000])
+def test_nearest_rows_is_the_argmin_over_apply_rows(dtype, K, D, n):
+    V = _chain_for(K, D, 3, dtype)
+    X = np.random.default_rng(4).standard_normal((n, D)).astype(dtype)
+    norms = V.row_norms_sq().astype(dtype)
+    expected = (norms[None, :] - 2 * V.apply_rows(X)).argmin(axis=1)
+    for threads in (None, 1, 2):
+        labels = V.nearest_rows(X, norms, n_threads=threads)
+        assert labels.dtype == np.int32 and labels.shape == (n,)
+        np.testing.assert_array_equal(labels, expected)
+    # against the dense rows of V in float64: the same nearest row unless nearly tied
+    if n:
+        d2 = ((X.astype(np.float64)[:, None, :] - _dense(V)[None]) ** 2).sum(-1)
+        gap = np.take_along_axis(d2, labels[:, None].astype(np.int64), 1)[:, 0] - d2.min(1)
+        assert (gap <= 1e-3 * d2.min(1).clip(1)).all()
+    np.testing.assert_array_equal(V.nearest_rows(X), expected)  # norms computed inside
+
+
+def test_nearest_rows_ties_go_to_the_lower_index_and_bad_inputs():
+    # two identical rows of V: every point is as near to row 0 as to row 1
+    S = sp.csr_matrix(np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]))
+    V = SparseFactors([S])
+    X = np.array([[2.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(V.nearest_rows(X), [0, 2, 0])
+    with pytest.raises(ValueError, match="'X' parameter of SparseFactors.nearest_rows must be "
+                                         "2-D with 2 columns"):
+        V.nearest_rows(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="'row_norms_sq' .* shape \\(3,\\)"):
+        V.nearest_rows(X, np.ones(2))
+    with pytest.raises(ValueError, match="'n_threads'"):
+        V.nearest_rows(X, n_threads=0)
+    with pytest.raises(TypeError, match="real numbers"):
+        V.nearest_rows(X.astype(complex))
+
+
 def test_empty_rows_and_all_zero_factor():
     S1 = np.array([[1.0, 0.0], [0.0, 0.0], [2.0, 3.0]])  # row 1 empty
     S2 = np.zeros((2, 4))
