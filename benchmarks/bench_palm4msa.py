@@ -98,7 +98,7 @@ def faust_hier(pf, A, cons, res, n_iter):
     return pf.fact.hierarchical(A, p, backend=2020)
 
 
-def run(label, A, algo, s, n_iter, pf, rows):
+def run(label, A, algo, s, n_iter, pf, rows, slow_pyfaust=False):
     K, D = A.shape
     cons = default_constraints(K, D, sparsity=s)
     nrm = np.linalg.norm(A)
@@ -116,7 +116,8 @@ def run(label, A, algo, s, n_iter, pf, rows):
         ung = palm4msa(A, cons, n_iter=n_iter, safeguard=False)
         row["ung_t"] = time.perf_counter() - t
         row["ung_err"] = np.linalg.norm(A - ung.factors.toarray()) / nrm
-    if pf is not None and not (label.startswith("blobs") and algo == "hierarchical"):
+    if pf is not None and (slow_pyfaust or not (label.startswith("blobs")
+                                                 and algo == "hierarchical")):
         t, c = time.perf_counter(), time.process_time()
         try:
             if algo == "palm4msa":
@@ -179,6 +180,9 @@ def main():
                     help="comma-separated: digits, blobs, hadamard")
     ap.add_argument("--algos", default="palm4msa,hierarchical",
                     help="comma-separated: palm4msa, hierarchical")
+    ap.add_argument("--slow-pyfaust", action="store_true",
+                    help="also run pyfaust's hierarchical on the 256x2048 target (~30 min each "
+                         "on the 2-core machine; skipped by default)")
     ap.add_argument("--no-pyfaust", action="store_true",
                     help="dqkm only; time ratios against the ANCHORS figures")
     args = ap.parse_args()
@@ -205,7 +209,7 @@ def main():
     for label, A in targets:
         for algo in [a for a in ("palm4msa", "hierarchical") if a in args.algos.split(",")]:
             for s in sparsities:
-                run(label, A, algo, s, n_iter, pf, rows)
+                run(label, A, algo, s, n_iter, pf, rows, args.slow_pyfaust)
     if "hadamard" in wanted or args.quick:
         print()
         hadamard_rows([7] if args.quick else [7, 8])
