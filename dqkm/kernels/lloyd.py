@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products"]
+__all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
+           "partials_from_labels"]
 
 _TILE = 256
 
@@ -60,6 +61,25 @@ def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, w
             for f in range(d):
                 diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
                 dist += diff * diff
+        mind[r] = dist
+        objective += dist
+    return objective
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _rows_given_labels(X, labels, centers, sums, counts, mind):  # OUT sums, counts, mind
+    """Per-cluster float64 sums and counts, and each row's exact ‖x − c_label‖² (float64)."""
+    d = X.shape[1]
+    objective = 0.0
+    for r in range(X.shape[0]):
+        arg = labels[r]
+        counts[arg] += 1
+        dist = 0.0
+        for f in range(d):
+            xv = X[r, f]
+            sums[arg, f] += xv
+            diff = np.float64(xv) - np.float64(centers[arg, f])
+            dist += diff * diff
         mind[r] = dist
         objective += dist
     return objective
@@ -173,4 +193,29 @@ def partials_from_products(X, G, center_norms, centers, *, with_sums=True):
     if n:
         half = (np.asarray(center_norms, dtype=np.float64) * 0.5).astype(G.dtype)
         obj = _finish_rows(X, G, 0, half, centers, sums, counts, labels, mind, with_sums)
+    return sums, counts, float(obj), labels, mind
+
+
+def partials_from_labels(X, labels, centers):
+    """Finish a Lloyd step whose assignment was made elsewhere.
+
+    Used when the centers are a fast operator that also returns the argmin
+    (QK-means's :meth:`SparseFactors.nearest_rows`): one pass over the rows
+    accumulates the float64 sums, the counts and the exact float64 objective
+    against ``centers`` (the dense form, one row read per sample).
+
+    Returns the same tuple as :func:`lloyd_partials`:
+    ``(sums, counts, objective, labels, min_sq_dist)``.
+    """
+    X, centers = _prepare(X, centers)
+    labels = np.ascontiguousarray(labels)
+    n, k = X.shape[0], centers.shape[0]
+    if labels.shape != (n,) or labels.dtype.kind not in "iu":
+        raise ValueError(f"labels must be integers of shape (n_rows,) = ({n},); got "
+                         f"{labels.dtype} of shape {labels.shape}.")
+    if n and (labels.min() < 0 or labels.max() >= k):
+        raise ValueError(f"labels must lie in [0, {k}); got values in "
+                         f"[{labels.min()}, {labels.max()}].")
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    obj = _rows_given_labels(X, labels, centers, sums, counts, mind) if n else 0.0
     return sums, counts, float(obj), labels, mind

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..kernels.lloyd import partials_from_products, squared_norms
+from ..kernels.lloyd import partials_from_labels, partials_from_products, squared_norms
 from .engine import broadcast, compute, map_blocks_reduce
 from .lloyd import (IterationResult, _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite,
                     end_iteration, tolerance_from_moments)
@@ -27,8 +27,8 @@ __all__ = ["qkmeans", "qk_pass", "assign_factors", "factor_distances",
 
 def _qk_chunk(block, state, with_moments):
     factors, dense, norms = state
-    G = factors.apply_rows(block)
-    sums, counts, obj, _, _ = partials_from_products(block, G, norms, dense)
+    labels = factors.nearest_rows(block, norms)  # the products never leave the cache
+    sums, counts, obj, _, _ = partials_from_labels(block, labels, dense)
     out = {"sums": sums, "counts": counts, "objective": obj,
            "bad": None if np.isfinite(obj) else _nonfinite_kind(block)}
     if with_moments:

@@ -78,3 +78,43 @@ def test_partials_from_products_equal_dense_kernel(dtype):
     assert no_sums[1].sum() == 0
     with pytest.raises(ValueError, match="G must have shape"):
         partials_from_products(X, (X @ C.T)[:, :3], squared_norms(C), C)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 400])
+def test_partials_from_labels_equal_dense_kernel(dtype, n):
+    from dqkm.kernels.lloyd import partials_from_labels
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((n, 9)).astype(dtype)
+    C = rng.standard_normal((5, 9)).astype(dtype)
+    ref = lloyd_partials(X, C)
+    out = partials_from_labels(X, ref[3], C)
+    np.testing.assert_array_equal(out[3], ref[3])
+    np.testing.assert_array_equal(out[0], ref[0])  # same float64 additions in row order
+    np.testing.assert_array_equal(out[1], ref[1])
+    np.testing.assert_array_equal(out[4], ref[4])
+    assert out[2] == pytest.approx(ref[2], rel=1e-12)
+    # any assignment, not only the nearest: sums and costs of that assignment
+    labels = rng.integers(0, 5, n).astype(np.int32)
+    sums, counts, obj, _, mind = partials_from_labels(X, labels, C)
+    X64 = X.astype(np.float64)
+    for k in range(5):
+        np.testing.assert_allclose(sums[k], X64[labels == k].sum(0), rtol=1e-12, atol=1e-12)
+        assert counts[k] == (labels == k).sum()
+    np.testing.assert_allclose(mind, ((X64 - C.astype(np.float64)[labels]) ** 2).sum(1),
+                               rtol=1e-12)
+    assert obj == pytest.approx(mind.sum(), rel=1e-12)
+
+
+def test_partials_from_labels_rejects_bad_labels():
+    from dqkm.kernels.lloyd import partials_from_labels
+
+    X = np.ones((3, 2))
+    C = np.zeros((2, 2))
+    with pytest.raises(ValueError, match="labels must lie in \\[0, 2\\)"):
+        partials_from_labels(X, np.array([0, 2, 1]), C)
+    with pytest.raises(ValueError, match="labels must be integers of shape"):
+        partials_from_labels(X, np.array([0, 1]), C)
+    with pytest.raises(ValueError, match="labels must be integers"):
+        partials_from_labels(X, np.array([0.0, 1.0, 1.0]), C)
