@@ -174,15 +174,18 @@ def _peak_rss_sampler(client, stop, peaks):
 
 
 def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
-    """1.2 GiB of data on 2 workers × 400 MiB: completes, no worker restarted.
+    """1.2 GiB of data on 2 workers × 450 MiB: completes, no worker restarted.
 
     A worker process with dask, numba and the compiled kernels already takes
-    ~200 MiB, and distributed pauses a worker at 80 % of its limit, so 400 MiB
-    is about the smallest limit that leaves room for a chunk in flight.
+    ~200–250 MiB, distributed pauses a worker at 80 % of its limit and restarts
+    it at 95 %; at 400 MiB a fresh checkout (kernels loaded from a cold numba
+    cache in every worker) peaked at 276–341 MiB and once crossed the restart
+    line, so the limit leaves that margin.  The data is still more than the
+    cluster's total memory (2 × 450 MiB < 1.19 GiB).
     """
     from distributed import Client
 
-    limit = 400 * 2**20
+    limit = 450 * 2**20
     n, d = 5_000_000, 64
     Xz, _ = datasets.make_blobs(n, d, 16, chunks=62_500, random_state=0,
                                 path=tmp_path / "big.zarr")
@@ -190,6 +193,13 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
     estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0),
                   dqkm.QKMeans(16, sparsity=2, max_iter=2, tol=0, persist=False,
                                palm_iter=5, palm_iter_init=20, random_state=0)]
+    # Compile the kernels here first: numba caches them on disk, so the workers load machine
+    # code instead of running LLVM (a one-off ~100 MiB per process on a fresh checkout, which
+    # is not what this test measures and alone can cross the 95 % restart line).
+    from sklearn.base import clone
+
+    for est in estimators:
+        clone(est).set_params(persist=True).fit(Xz[:4000].compute())
     with _cluster(trim_memory=True, memory_limit=limit) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
         peaks, stop = {}, threading.Event()
