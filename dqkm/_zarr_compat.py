@@ -85,8 +85,10 @@ class LocalChunkReader:
     def to_dask(self):
         """A Dask array with one task per stored chunk."""
         n = self.shape[0]
+        if n == 0:
+            return da.from_array(np.empty(self.shape, dtype=self.dtype))
         c = self.chunk_shape[0]
-        row_chunks = tuple(min(c, n - s) for s in range(0, n, c)) or (0,)
+        row_chunks = tuple(min(c, n - s) for s in range(0, n, c))
         chunks = (row_chunks,) + tuple((s,) for s in self.shape[1:])
 
         def block(block_id=None):

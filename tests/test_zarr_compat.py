@@ -54,6 +54,13 @@ def test_group_component_1d_array_and_missing_chunks(tmp_path):
     np.testing.assert_array_equal(labels.compute(), np.arange(10))
 
 
+def test_an_empty_array(tmp_path):
+    arr = zarr.create_array(tmp_path / "e.zarr", shape=(0, 3), chunks=(4, 3), dtype="f4")
+    x = io._from_zarr(arr)
+    assert x.shape == (0, 3) and x.dtype == np.float32
+    assert x.compute().shape == (0, 3)
+
+
 def test_v2_chunk_key_encoding(tmp_path):
     data = np.arange(60.0).reshape(20, 3)
     arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(6, 3), dtype="f8",
