@@ -183,6 +183,7 @@ def main():
     ap.add_argument("--slow-pyfaust", action="store_true",
                     help="also run pyfaust's hierarchical on the 256x2048 target (~30 min each "
                          "on the 2-core machine; skipped by default)")
+    ap.add_argument("--sparsities", default="5,3", help="comma-separated splincol s values")
     ap.add_argument("--no-pyfaust", action="store_true",
                     help="dqkm only; time ratios against the ANCHORS figures")
     args = ap.parse_args()
@@ -198,7 +199,7 @@ def main():
         targets.append(("digits 128x784", digits_centroids()))
     if "blobs" in wanted and not args.quick:
         targets.append(("blobs 256x2048", blob_centres()))
-    sparsities = [5] if args.quick else [5, 3]
+    sparsities = [5] if args.quick else [int(v) for v in args.sparsities.split(",")]
     print(f"threads: OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; n_iter={n_iter}; "
           f"Q = ceil(log2 max(K, D)) = {[math.ceil(math.log2(max(A.shape))) for _, A in targets]}")
     print(HEADER)
