@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ..kernels.lloyd import partials_from_labels, partials_from_products, squared_norms
+from ..kernels.lloyd import partials_from_labels, squared_norms
 from .engine import broadcast, compute, map_blocks_reduce
 from .lloyd import (IterationResult, _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite,
                     end_iteration, tolerance_from_moments)
@@ -148,8 +148,8 @@ def factor_distances(X, factors):
 
 def _qk_inertia_chunk(block, state):
     factors, dense, norms = state
-    G = factors.apply_rows(block)
-    _, _, obj, _, _ = partials_from_products(block, G, norms, dense, with_sums=False)
+    labels = factors.nearest_rows(block, norms)  # as in the fit's passes: no n × K products
+    _, _, obj, _, _ = partials_from_labels(block, labels, dense)
     return (obj, None if np.isfinite(obj) else _nonfinite_kind(block))
 
 
