@@ -109,7 +109,7 @@ def test_tol_stops_early():
     assert palm4msa(A, n_iter=0).n_iter == 0
 
 
-@pytest.mark.parametrize("k", [5, 6])
+@pytest.mark.parametrize("k", [5, 6, 7, 8])
 def test_hierarchical_factorises_hadamard(k):
     n = 2**k
     H = hadamard(n).astype(np.float64)
