@@ -353,25 +353,30 @@ class SparseFactors:
                              f"of {_METHODS}. Got {method!r} instead.")
         if sp.issparse(X):
             X = X.toarray()
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise TypeError(f"The 'X' parameter of SparseFactors.apply_rows must hold real "
-                            f"numbers. Got dtype {X.dtype} instead.")
-        if X.ndim != 2 or X.shape[1] != self._shape[1]:
-            raise ValueError(f"The 'X' parameter of SparseFactors.apply_rows must be 2-D with "
-                             f"{self._shape[1]} columns (V has shape {self._shape}). Got "
-                             f"shape {X.shape} instead.")
-        if n_threads is None:
-            n_threads = 0
-        elif isinstance(n_threads, (bool, np.bool_)) \
-                or not isinstance(n_threads, numbers.Integral) or n_threads < 1:
-            raise ValueError(f"The 'n_threads' parameter of SparseFactors.apply_rows must be "
-                             f"None or an int >= 1. Got {n_threads!r} instead.")
-        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        X, dtype, n_threads = self._check_rows(X, n_threads, "apply_rows")
         if method == "scipy":
             return self._apply_rows_scipy(X.astype(dtype, copy=False), dtype)
-        X = np.ascontiguousarray(X, dtype=dtype)
-        return self._apply_rows_numba(X, dtype, int(n_threads))
+        return self._apply_rows_numba(np.ascontiguousarray(X, dtype=dtype), dtype, n_threads)
+
+    def _check_rows(self, X, n_threads, caller):
+        """Validated ``(X, dtype, n_threads)`` for a method taking rows of length D:
+        the computing dtype (float32 stays, the rest is float64) and ``n_threads``
+        with None as 0 (the kernels' "choose for me")."""
+        X = np.asarray(X)
+        if X.dtype.kind not in "biuf":
+            raise TypeError(f"The 'X' parameter of SparseFactors.{caller} must hold real "
+                            f"numbers. Got dtype {X.dtype} instead.")
+        if X.ndim != 2 or X.shape[1] != self._shape[1]:
+            raise ValueError(f"The 'X' parameter of SparseFactors.{caller} must be 2-D with "
+                             f"{self._shape[1]} columns (V has shape {self._shape}). Got "
+                             f"shape {X.shape} instead.")
+        if n_threads is not None and (isinstance(n_threads, (bool, np.bool_))
+                                      or not isinstance(n_threads, numbers.Integral)
+                                      or n_threads < 1):
+            raise ValueError(f"The 'n_threads' parameter of SparseFactors.{caller} must be "
+                             f"None or an int >= 1. Got {n_threads!r} instead.")
+        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        return X, dtype, 0 if n_threads is None else int(n_threads)
 
     def _apply_rows_scipy(self, X, dtype):
         R = X.T
@@ -436,20 +441,7 @@ class SparseFactors:
         -------
         ndarray of shape (n_samples,), int32
         """
-        X = np.asarray(X)
-        if X.ndim != 2 or X.shape[1] != self._shape[1]:
-            raise ValueError(f"The 'X' parameter of SparseFactors.nearest_rows must be 2-D with "
-                             f"{self._shape[1]} columns (V has shape {self._shape}). Got "
-                             f"shape {X.shape} instead.")
-        if X.dtype.kind not in "biuf":
-            raise TypeError(f"The 'X' parameter of SparseFactors.nearest_rows must hold real "
-                            f"numbers. Got dtype {X.dtype} instead.")
-        if n_threads is not None and (isinstance(n_threads, (bool, np.bool_))
-                                      or not isinstance(n_threads, numbers.Integral)
-                                      or n_threads < 1):
-            raise ValueError(f"The 'n_threads' parameter of SparseFactors.nearest_rows must be "
-                             f"None or an int >= 1. Got {n_threads!r} instead.")
-        dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        X, dtype, n_threads = self._check_rows(X, n_threads, "nearest_rows")
         X = np.ascontiguousarray(X, dtype=dtype)
         norms = self.row_norms_sq() if row_norms_sq is None else np.asarray(row_norms_sq)
         if norms.shape != (self._shape[0],):
@@ -457,8 +449,8 @@ class SparseFactors:
                              f"have shape ({self._shape[0]},). Got {norms.shape} instead.")
         half = (norms.astype(np.float64) * 0.5).astype(dtype)
         labels = np.empty(X.shape[0], dtype=np.int32)
-        self._run_tiles(X, dtype, 0 if n_threads is None else int(n_threads),
-                        argmin_rows_serial, argmin_rows_parallel, labels, half)
+        self._run_tiles(X, dtype, n_threads, argmin_rows_serial, argmin_rows_parallel, labels,
+                        half)
         return labels
 
     # ------------------------------------------------------------ statistics
