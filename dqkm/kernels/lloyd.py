@@ -27,6 +27,26 @@ _TILE = 256
 _FASTMATH = {"reassoc", "contract", "nsz"}
 
 
+@njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _finish_row(X, r, arg, centers, sums, counts, with_sums):  # OUT sums, counts
+    """Row r assigned to ``arg``: the exact ‖x − c_arg‖² in float64 and (with
+    ``with_sums``) the row added to its cluster's float64 sum and count."""
+    d = X.shape[1]
+    dist = 0.0
+    if with_sums:
+        counts[arg] += 1
+        for f in range(d):
+            xv = X[r, f]
+            sums[arg, f] += xv
+            diff = np.float64(xv) - np.float64(centers[arg, f])
+            dist += diff * diff
+    else:
+        for f in range(d):
+            diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
+            dist += diff * diff
+    return dist
+
+
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
     """Rows ``start … start + len(g)`` of X, given their products ``g`` with the centers.
@@ -36,7 +56,6 @@ def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, w
     wins ties); then, in one loop over the row, the exact ‖x − c_label‖² in
     float64 and (with ``with_sums``) the row added to its cluster's float64 sum.
     """
-    d = X.shape[1]
     k = g.shape[1]
     objective = 0.0
     for i in range(g.shape[0]):
@@ -49,18 +68,7 @@ def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, w
                 arg = j
         r = start + i
         labels[r] = arg
-        dist = 0.0
-        if with_sums:
-            counts[arg] += 1
-            for f in range(d):
-                xv = X[r, f]
-                sums[arg, f] += xv
-                diff = np.float64(xv) - np.float64(centers[arg, f])
-                dist += diff * diff
-        else:
-            for f in range(d):
-                diff = np.float64(X[r, f]) - np.float64(centers[arg, f])
-                dist += diff * diff
+        dist = _finish_row(X, r, arg, centers, sums, counts, with_sums)
         mind[r] = dist
         objective += dist
     return objective
@@ -69,17 +77,9 @@ def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, w
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
 def _rows_given_labels(X, labels, centers, sums, counts, mind):  # OUT sums, counts, mind
     """Per-cluster float64 sums and counts, and each row's exact ‖x − c_label‖² (float64)."""
-    d = X.shape[1]
     objective = 0.0
     for r in range(X.shape[0]):
-        arg = labels[r]
-        counts[arg] += 1
-        dist = 0.0
-        for f in range(d):
-            xv = X[r, f]
-            sums[arg, f] += xv
-            diff = np.float64(xv) - np.float64(centers[arg, f])
-            dist += diff * diff
+        dist = _finish_row(X, r, labels[r], centers, sums, counts, True)
         mind[r] = dist
         objective += dist
     return objective
