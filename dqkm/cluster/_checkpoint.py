@@ -24,13 +24,33 @@ import zarr
 
 from .._json import json_default
 
-__all__ = ["Checkpoint", "CheckpointMismatchError"]
+__all__ = ["Checkpoint", "CheckpointMismatchError", "scheduler_lost"]
 
 CHECKPOINT_FORMAT_VERSION = 1
 
 
 class CheckpointMismatchError(ValueError):
     """The checkpoint was written by another estimator or for other data."""
+
+
+def scheduler_lost(owner, error, checkpoint, saved):
+    """The ``SchedulerLostError`` a fit raises, saying how to go on.
+
+    ``saved`` describes the state in the checkpoint (e.g. ``"iteration 3 of
+    run 1"``), or is None when the checkpoint holds none yet.
+    """
+    from ..parallel.engine import SchedulerLostError
+
+    if checkpoint is None:
+        hint = " Pass checkpoint=PATH to fit to be able to resume after such a failure."
+    elif saved is None:
+        hint = (f" The checkpoint {str(checkpoint)!r} holds no state yet; fit again with a new "
+                "Client.")
+    else:
+        hint = (f" The state after {saved} is in the checkpoint {str(checkpoint)!r}: connect a "
+                f"new Client and call fit(X, checkpoint={str(checkpoint)!r}, resume=True) to "
+                "continue.")
+    return SchedulerLostError(f"{owner}.fit: {error}{hint}")
 
 
 class Checkpoint:

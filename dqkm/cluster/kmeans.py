@@ -14,7 +14,7 @@ from ..parallel.engine import SchedulerLostError, driver_blas, maybe_persist
 from ..parallel.lloyd import (IterationResult, assign, inertia, kmeans_parallel_init, lloyd,
                               min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
-from ._checkpoint import Checkpoint
+from ._checkpoint import Checkpoint, scheduler_lost
 
 logger = logging.getLogger(__name__)
 
@@ -294,13 +294,9 @@ class KMeans(DqkmClusterer):
                                         on_iteration=on_iteration if ck is not None else None,
                                         **kw)
                 except SchedulerLostError as e:
-                    done = len(self._current_history)
-                    hint = (f" The state after iteration {done} of run {run + 1} is in the "
-                            f"checkpoint {str(checkpoint)!r}: connect a new Client and call "
-                            f"fit(X, checkpoint={str(checkpoint)!r}, resume=True) to continue."
-                            if ck is not None else " Pass checkpoint=PATH to fit to be able "
-                            "to resume after such a failure.")
-                    raise SchedulerLostError(f"{type(self).__name__}.fit: {e}{hint}") from e
+                    saved = f"iteration {len(self._current_history)} of run {run + 1}"
+                    raise scheduler_lost(type(self).__name__, e,
+                                         checkpoint if ck is not None else None, saved) from e
             value = self._final_value(Xd, res)
             logger.info("%s run %d/%d: objective %.6g after %d iterations", type(self).__name__,
                         run + 1, n_init, value, res.n_iter)

@@ -17,7 +17,7 @@ from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
                             prototype_distances, read_rows, write_rows)
 from ..parallel.lloyd import sample_rows
 from ._base import DqkmClusterer, check_param
-from ._checkpoint import Checkpoint, CheckpointMismatchError
+from ._checkpoint import Checkpoint, CheckpointMismatchError, scheduler_lost
 
 logger = logging.getLogger(__name__)
 
@@ -299,16 +299,10 @@ class KMultipleMeans(DqkmClusterer):
                       rng=rng, callback=callback,
                       on_iteration=on_iteration if ck is not None else None, start=start)
         except SchedulerLostError as e:
-            if ck is not None and ck.exists():
-                hint = (f" The state after outer iteration {saved['iteration']} is in the "
-                        f"checkpoint {str(checkpoint)!r}: connect a new Client and call "
-                        f"fit(X, checkpoint={str(checkpoint)!r}, resume=True) to continue.")
-            elif ck is not None:
-                hint = (f" The checkpoint {str(checkpoint)!r} holds no state yet; fit again "
-                        "with a new Client.")
-            else:
-                hint = " Pass checkpoint=PATH to fit to be able to resume after such a failure."
-            raise SchedulerLostError(f"{type(self).__name__}.fit: {e}{hint}") from e
+            state = (f"outer iteration {saved['iteration']}"
+                     if ck is not None and ck.exists() else None)
+            raise scheduler_lost(type(self).__name__, e,
+                                 checkpoint if ck is not None else None, state) from e
         self.prototypes_ = res.prototypes.astype(Xd.dtype)
         self.prototype_labels_ = res.proto_comp
         self.n_prototypes_ = int(A.shape[0])
