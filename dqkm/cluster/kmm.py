@@ -57,9 +57,11 @@ class KMultipleMeans(DqkmClusterer):
         sample of ``max(20·m, 20000)`` rows (all rows when fewer).
     detect_outliers : bool, default=False
         Algorithm 7 ("F-KMM-OD"): points with fewer than l/2 of their l
-        nearest prototypes within the mean neighbour distance θ are outliers;
-        they are left out of the graph and labelled −1.  The paper pairs it
-        with ``n_prototypes='auto'``.
+        nearest prototypes within θ are outliers; they are left out of the
+        graph and labelled −1.  θ = mean + 2 standard deviations of the
+        distances between points and their l nearest prototypes (the paper
+        uses the mean; see docs/ALGORITHMS.md).  The paper pairs it with
+        ``n_prototypes='auto'``.
     solver : {'fast', 'svd'}, default='fast'
     svd_rank : int or None, default=None
         d′ of the lower bound; None: ⌈log2 d⌉ (at least 1).

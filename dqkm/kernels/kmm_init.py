@@ -23,7 +23,12 @@ from numba import njit
 
 from .kmm import LB_MARGIN, project
 
-__all__ = ["SeedingResult", "svd_basis", "kmeanspp_pruned", "outlier_mask"]
+__all__ = ["SeedingResult", "svd_basis", "kmeanspp_pruned", "OUTLIER_SIGMAS", "outlier_threshold",
+           "outlier_mask"]
+
+#: θ of Algorithm 7 sits this many standard deviations above the mean
+#: neighbour distance (a dqkm deviation, see :func:`outlier_threshold`).
+OUTLIER_SIGMAS = 2.0
 
 
 def svd_basis(sample, rank):
@@ -164,18 +169,53 @@ def kmeanspp_pruned(X, n_prototypes, rng, *, mu, V, adaptive=False, min_prototyp
     return SeedingResult(chosen[:used].copy(), int(n_exact), int(n * used))
 
 
+def outlier_threshold(sum_dist, sum_de, count, n_sigmas=OUTLIER_SIGMAS):
+    """θ of Algorithm 7 (line 3), as dqkm sets it: mean + ``n_sigmas`` standard
+    deviations of the Euclidean distances between rows and their l nearest
+    prototypes.
+
+    The paper's θ is "the average distance between data points and their
+    nearest prototypes"; compared with a row's own distances, a mean flags a
+    fixed share of ordinary rows even on data without any noise (up to a
+    third of clean moons, docs/ALGORITHMS.md), so dqkm moves θ from the
+    centre of that distribution to its tail.
+
+    Parameters
+    ----------
+    sum_dist : float
+        Σ ‖x_i − a_j‖ over the counted pairs.
+    sum_de : float
+        Σ ‖x_i − a_j‖² (``D_E``) over the same pairs.
+    count : int
+        Number of pairs (n·l).
+    n_sigmas : float, default=OUTLIER_SIGMAS
+
+    Returns
+    -------
+    float
+        θ, a Euclidean (not squared) distance; 0 when ``count`` is 0.
+    """
+    count = int(count)
+    if count <= 0:
+        return 0.0
+    mean = float(sum_dist) / count
+    var = max(float(sum_de) / count - mean * mean, 0.0)
+    return mean + float(n_sigmas) * float(np.sqrt(var))
+
+
 def outlier_mask(exact_de, theta, n_neighbors):
     """Algorithm 7, lines 6–13: rows far from their nearest prototypes.
 
-    A neighbour whose ``D_E`` exceeds θ (the mean ``D_E`` over all rows' l
-    nearest prototypes) is dropped; a row left with fewer than l/2 neighbours
-    is an outlier.
+    A neighbour whose Euclidean distance ``√D_E`` exceeds θ (from
+    :func:`outlier_threshold`) is dropped; a row left with fewer than l/2
+    neighbours is an outlier.
 
     Parameters
     ----------
     exact_de : ndarray of shape (n_rows, ≥ l)
         Squared Euclidean distances to the nearest prototypes, ascending.
     theta : float
+        A Euclidean distance.
     n_neighbors : int
 
     Returns
@@ -183,5 +223,5 @@ def outlier_mask(exact_de, theta, n_neighbors):
     ndarray of shape (n_rows,), bool
     """
     ell = int(n_neighbors)
-    near = np.asarray(exact_de)[:, :ell] <= theta
+    near = np.sqrt(np.asarray(exact_de, dtype=np.float64)[:, :ell]) <= theta
     return near.sum(axis=1) < ell / 2.0

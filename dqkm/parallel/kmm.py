@@ -46,7 +46,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, SpectralTerm,
                            can_weights, nearest_prototypes, project)
-from ..kernels.kmm_init import outlier_mask
+from ..kernels.kmm_init import outlier_mask, outlier_threshold
 from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
                                     merge_statistics, prototype_matrix, reference_svd)
 from ..kernels.lloyd import assign_labels
@@ -153,7 +153,7 @@ def _combine(parts):
 
 
 def _theta_chunk(block, state):
-    """Σ and count of D_E over every row's l nearest prototypes (Alg. 7, line 3)."""
+    """Σ‖x − a‖, Σ D_E and count over every row's l nearest prototypes (Alg. 7, line 3)."""
     X = np.asarray(block)
     ell = state["n_neighbors"]
     pruned = state["pruned"]
@@ -163,12 +163,12 @@ def _theta_chunk(block, state):
     de = nb.exact_de[:, :ell]
     ok = np.isfinite(de)
     bad = None if np.isfinite(X).all() else "NaN or infinity"
-    return (float(de[ok].sum()), int(ok.sum()), bad)
+    return (float(np.sqrt(de[ok]).sum()), float(de[ok].sum()), int(ok.sum()), bad)
 
 
 def _theta_combine(parts):
-    return (sum(p[0] for p in parts), sum(p[1] for p in parts),
-            next((p[2] for p in parts if p[2]), None))
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts),
+            next((p[3] for p in parts if p[3]), None))
 
 
 def _field(st, name):
@@ -308,9 +308,9 @@ class _Passes:
                  for i, xb in enumerate(self.xblocks)]
         red = tree_reduce(parts, _theta_combine, self.split_every or 8, name="kmm-theta-combine")
         (res,) = compute(red)
-        if res[2]:
-            _raise_nonfinite(res[2])
-        return res[0] / max(res[1], 1)
+        if res[3]:
+            _raise_nonfinite(res[3])
+        return outlier_threshold(res[0], res[1], res[2])
 
     def gather_S(self, m):
         """The whole n × m matrix S on the driver (the reference solver only)."""

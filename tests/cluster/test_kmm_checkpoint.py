@@ -49,6 +49,13 @@ def circles():
 
 
 @pytest.fixture(scope="module")
+def noisy_circles(circles):
+    """The circles and 50 uniform points in [-2, 2]²: Algorithm 7 flags some
+    points (it flags none of the clean circles)."""
+    return np.vstack([circles, np.random.default_rng(0).uniform(-2.0, 2.0, (50, 2))])
+
+
+@pytest.fixture(scope="module")
 def blobs():
     """2 000 tight blobs: converges (no point changes its nearest prototype) at
     iteration 20 < max_iter."""
@@ -99,9 +106,9 @@ def _fit_warnings(fit):
     ("fast", True, 1, 500),
     ("svd", True, 1, 500),
 ])
-def test_resume_equals_uninterrupted(tmp_path, circles, solver, detect_outliers, stop_at,
-                                     chunks):
-    Xd = da.from_array(circles, chunks=(chunks, -1))
+def test_resume_equals_uninterrupted(tmp_path, circles, noisy_circles, solver, detect_outliers,
+                                     stop_at, chunks):
+    Xd = da.from_array(noisy_circles if detect_outliers else circles, chunks=(chunks, -1))
     # with outliers: l = 4 and at most 6 β updates, so iteration 1 ends with b = 1 < c
     # (the ConvergenceWarning counts it, resumed or not)
     kw = {"n_neighbors": 4, "max_inner_iter": 6} if detect_outliers else {"n_neighbors": 3}

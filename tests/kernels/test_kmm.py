@@ -7,7 +7,7 @@ from scipy.sparse.csgraph import connected_components
 
 from dqkm.kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, SpectralTerm, can_weights,
                               nearest_prototypes, project)
-from dqkm.kernels.kmm_init import kmeanspp_pruned, outlier_mask, svd_basis
+from dqkm.kernels.kmm_init import kmeanspp_pruned, outlier_mask, outlier_threshold, svd_basis
 from dqkm.kernels.kmm_spectral import (block_eigen, chunk_statistics, components,
                                        merge_statistics, prototype_matrix, reference_svd)
 
@@ -255,9 +255,24 @@ def test_adaptive_seeding_stops_when_the_newest_prototype_is_alone():
 
 def test_outlier_mask_by_hand():
     de = np.array([[0.1, 0.2, 0.3, 0.4], [0.1, 5.0, 6.0, 7.0], [2.0, 2.0, 9.0, 9.0]])
-    # l = 4, θ = 1: row 0 keeps 4, row 1 keeps 1 (< 2: outlier), row 2 keeps 0
+    # l = 4, θ = 1 (Euclidean): row 0 keeps 4, row 1 keeps 1 (< 2: outlier), row 2 keeps 0
     assert outlier_mask(de, 1.0, 4).tolist() == [False, True, True]
-    assert outlier_mask(de, 2.0, 4).tolist() == [False, True, False]
+    # θ = √2 compares √D_E: row 2 keeps its two neighbours at D_E = 2 (2 ≥ l/2)
+    assert outlier_mask(de, np.sqrt(2.0), 4).tolist() == [False, True, False]
+    assert outlier_mask(de, 1.4, 4).tolist() == [False, True, True]
+    # l = 3 reads only the first 3 columns: row 1 keeps 1 < 1.5
+    assert outlier_mask(de, 2.2, 3).tolist() == [False, True, False]
+
+
+def test_outlier_threshold_by_hand():
+    # distances 3 and 4: mean 3.5, standard deviation 0.5
+    assert outlier_threshold(7.0, 25.0, 2, n_sigmas=2.0) == pytest.approx(4.5)
+    assert outlier_threshold(7.0, 25.0, 2, n_sigmas=0.0) == pytest.approx(3.5)
+    assert outlier_threshold(6.0, 18.0, 2) == pytest.approx(3.0)  # equal distances: σ = 0
+    assert outlier_threshold(0.0, 0.0, 0) == 0.0
+    d = np.random.default_rng(3).gamma(2.0, size=500)
+    assert outlier_threshold(d.sum(), (d * d).sum(), d.size) == pytest.approx(
+        d.mean() + 2 * d.std(), rel=1e-12)
 
 
 def test_block_eigen_lanczos_path_equals_eigh(monkeypatch):
