@@ -85,7 +85,8 @@ def validate_input(estimator, X, *, reset: bool):
             check_is_fitted(estimator)
         Xc = validate_data(estimator, X, reset=reset, dtype=[np.float64, np.float32],
                            accept_sparse=False, ensure_min_samples=1)
-        return to_dask(Xc), False
+        # Xc is read only by this call's passes: no defensive copy of it
+        return to_dask(Xc, copy=False), False
     Xd = to_dask(X)
     if Xd.ndim != 2:
         raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 
 import dask.array as da
 import numpy as np
@@ -28,13 +29,29 @@ def auto_row_chunks(n_samples: int, n_features: int, itemsize: int = 4) -> int:
     return int(max(1, min(rows, n_samples)))
 
 
-def to_dask(X, chunks=None) -> da.Array:
+def _row_views(X: np.ndarray, chunks) -> da.Array:
+    """A Dask array whose blocks are views of the rows of ``X``: no copy, no hash.
+
+    ``da.from_array`` copies a NumPy array whole and hashes it for the graph's
+    name (together 0.8 s of a 1.5 s ``KMeans.predict`` on 800 MB here); for an
+    array that is consumed within the call that made it, neither is needed.
+    """
+    rows = da.core.normalize_chunks((chunks, -1), X.shape, dtype=X.dtype)
+    name = f"dqkm-rows-{uuid.uuid4().hex}"
+    bounds = np.concatenate([[0], np.cumsum(rows[0])])
+    dsk = {(name, i, 0): X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))}
+    return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
+
+
+def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     """A Dask array chunked along rows only, from NumPy, Dask or a zarr.Array.
 
     ``chunks`` is the number of rows per chunk (int) or a tuple of row chunk
     sizes; by default ~64 MB chunks.  A Dask array chunked along features is
     rechunked when it is at most 256 MB, otherwise a ``ValueError`` shows the
-    ``rechunk`` call to run.
+    ``rechunk`` call to run.  With ``copy=False`` a 2-D NumPy array's blocks
+    are views of it (for callers that finish with the array before returning:
+    the caller must not change X while the result is in use).
     """
     if isinstance(X, da.Array):
         if X.ndim == 2 and X.numblocks[1] > 1:
@@ -56,4 +73,6 @@ def to_dask(X, chunks=None) -> da.Array:
         return da.from_array(X, chunks=X.shape or ())  # caller's validation reports ndim
     if chunks is None:
         chunks = auto_row_chunks(X.shape[0], X.shape[1], X.dtype.itemsize)
+    if not copy and type(X) is np.ndarray:
+        return _row_views(X, chunks)
     return da.from_array(X, chunks=(chunks, -1))

@@ -16,7 +16,7 @@ import numpy as np
 from ..kernels.embedding import embed_chunk
 from ..kernels.lloyd import assign_labels
 from ..kernels.lloyd_sparse import as_csr, label_moments, merge_label_moments
-from .engine import broadcast, compute, map_blocks_reduce
+from .engine import broadcast, compute, map_blocks_reduce, map_rows
 
 __all__ = ["embed", "embed_assign", "original_space_moments"]
 
@@ -58,8 +58,7 @@ def embed_assign(X, emb, embedded_centers):
     """Lazy labels: embed every chunk and assign it to the nearest embedded center."""
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
-    return X.map_blocks(_assign_block, e, c, drop_axis=1, dtype=np.int32,
-                        meta=np.empty((0,), np.int32), token="dqkm-embed-assign")
+    return map_rows(X, _assign_block, e, c, dtype=np.int32, name="embed-assign")
 
 
 def _moments_chunk(block, emb, centers):

@@ -38,6 +38,7 @@ __all__ = [
     "compute",
     "compute_settled",
     "map_blocks_reduce",
+    "map_rows",
     "maybe_persist",
     "progress",
     "sum_partials",
@@ -206,12 +207,16 @@ def block_offsets(chunks: Sequence[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.asarray(chunks, dtype=np.int64))])
 
 
-def _row_blocks(X: da.Array) -> list:
+def _check_row_chunks(X: da.Array) -> None:
     if X.ndim == 2 and X.numblocks[1] != 1:
         raise ValueError(
             "X must be chunked along rows only; got chunks "
             f"{X.chunks[1]} along features. Fix it with X.rechunk({{1: -1}})."
         )
+
+
+def _row_blocks(X: da.Array) -> list:
+    _check_row_chunks(X)
     blocks = X.to_delayed(optimize_graph=True)
     return list(np.asarray(blocks).reshape(-1))
 
@@ -281,6 +286,26 @@ def map_blocks_reduce(
     if aggregate is not None:
         out = delayed(aggregate, pure=True)(out, dask_key_name=f"dqkm-{name}-aggregate-{token}")
     return out
+
+
+def _call_on_block(blocks, func, *args):
+    (block,) = blocks  # X is chunked along rows only: one block per row range
+    return func(block, *args)
+
+
+def map_rows(X: da.Array, func: Callable, *args, dtype, name: str = "rows") -> da.Array:
+    """Lazy per-row results ``func(block, *args)`` (1-D, aligned with X's row chunks).
+
+    ``X.map_blocks(func, drop_axis=1)`` would hand ``func`` a concatenation of
+    the blocks along the dropped axis, i.e. a copy of every block (0.1 s per
+    800 MB on each ``predict``); here each task gets the stored block itself.
+    ``args`` are small constants or :func:`broadcast` objects.
+    """
+    _check_row_chunks(X)
+    extra = [a for arg in args for a in (arg, None)]
+    return da.blockwise(_call_on_block, "i", X, "ij", func, None, *extra, concatenate=False,
+                        dtype=dtype, meta=np.empty((0,), dtype=dtype),
+                        name=f"dqkm-{name}-{uuid.uuid4().hex}")
 
 
 def sum_partials(parts: list):

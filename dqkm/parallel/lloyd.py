@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, lloyd_partials_csr
-from .engine import broadcast, compute, driver_blas, map_blocks_reduce
+from .engine import broadcast, compute, driver_blas, map_blocks_reduce, map_rows
 
 logger = logging.getLogger(__name__)
 
@@ -234,8 +234,7 @@ def _assign_block(block, centers):
 def assign(X, centers):
     """Lazy labels of X's rows (int32 Dask array aligned with X's row chunks)."""
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
-    return X.map_blocks(_assign_block, centers, drop_axis=1, dtype=np.int32,
-                        meta=np.empty((0,), dtype=np.int32))
+    return map_rows(X, _assign_block, centers, dtype=np.int32, name="assign")
 
 
 def _mind_block(block, centers):
@@ -246,8 +245,7 @@ def _mind_block(block, centers):
 def min_sq_distances(X, centers):
     """Lazy squared distance of every row to its nearest center (float64)."""
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
-    return X.map_blocks(_mind_block, centers, drop_axis=1, dtype=np.float64,
-                        meta=np.empty((0,), dtype=np.float64))
+    return map_rows(X, _mind_block, centers, dtype=np.float64, name="min-sq-dist")
 
 
 def _inertia_chunk(block, centers):

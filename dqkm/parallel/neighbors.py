@@ -23,7 +23,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from .engine import broadcast, compute
+from .engine import broadcast, compute, map_rows
 
 __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
            "landmark_products", "kernel_from_products", "center_sq_distances", "query_block_rows",
@@ -140,7 +140,7 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
 
     rows = int(max(1, min(Xd.shape[0], _ZARR_CHUNK_BYTES // max(1, Xd.shape[1] * Xd.itemsize))))
     Xs = Xs.rechunk({0: rows, 1: -1})
-    sq = Xs.map_blocks(_sq_norms_block, drop_axis=1, dtype=np.float64)
+    sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
     arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
               "offsets": offsets}
     for k, v in extra_sorted.items():

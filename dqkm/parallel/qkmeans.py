@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from ..kernels.lloyd import partials_from_labels, squared_norms
-from .engine import broadcast, compute, map_blocks_reduce
+from .engine import broadcast, compute, map_blocks_reduce, map_rows
 from .lloyd import (IterationResult, _lloyd_combine, _moments, _nonfinite_kind, _raise_nonfinite,
                     end_iteration, tolerance_from_moments)
 
@@ -135,8 +135,7 @@ def _inference_state(factors, dtype):
 def assign_factors(X, factors):
     """Lazy labels of X's rows by the fast operator (no dense K×D product)."""
     st = broadcast(_inference_state(factors, X.dtype), "factors")
-    return X.map_blocks(_labels_block, st, drop_axis=1, dtype=np.int32,
-                        meta=np.empty((0,), np.int32))
+    return map_rows(X, _labels_block, st, dtype=np.int32, name="assign-factors")
 
 
 def factor_distances(X, factors):

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from dask.core import get_dependencies
 
-from dqkm.parallel.engine import broadcast, compute, map_blocks_reduce, sum_partials
+import dqkm
+from dqkm.parallel.engine import broadcast, compute, map_blocks_reduce, map_rows, sum_partials
 
 
 def _chunk(block, c):
@@ -93,3 +94,38 @@ def test_blocks_run_with_one_blas_thread_and_the_limit_is_restored():
         assert engine._CONTROLLER["controller"] is not cached
     finally:
         del sys.modules["_dqkm_test_new_module"]
+
+
+def test_in_memory_input_is_viewed_not_copied():
+    """Validated in-memory X becomes a Dask array of row views (da.from_array would copy
+    and hash the whole array on every predict); the public conversion still copies."""
+    from dqkm.cluster._base import validate_input
+    from dqkm.parallel.data import to_dask
+
+    X = np.random.default_rng(0).standard_normal((1000, 7)).astype(np.float32)
+    Xv = to_dask(X, chunks=(300, 300, 400), copy=False)
+    assert Xv.chunks == ((300, 300, 400), (7,))
+
+    def shares(A):  # does every task see X's own memory? (map_rows passes blocks as stored)
+        return map_rows(A, lambda b: np.full(len(b), np.shares_memory(b, X)),
+                        dtype=bool).compute(scheduler="sync")
+
+    assert shares(Xv).tolist() == [True] * 1000
+    np.testing.assert_array_equal(Xv.compute(), X)
+    assert Xv.name != to_dask(X, chunks=300, copy=False).name  # never a shared cached key
+    assert not shares(to_dask(X, chunks=300)).any()
+
+    est = dqkm.KMeans(2).fit(X)
+    Xd, lazy = validate_input(est, X, reset=False)
+    assert not lazy and shares(Xd).all()
+    np.testing.assert_array_equal(est.predict(X), est.predict(X.copy()))
+
+
+def test_map_rows_aligns_with_row_chunks_and_takes_broadcast_state():
+    X = da.from_array(np.arange(60, dtype=np.float64).reshape(20, 3), chunks=((7, 0, 13), 3))
+    st = broadcast(np.array([1.0, 10.0, 100.0]), "weights")
+    out = map_rows(X, lambda b, w: b @ w, st, dtype=np.float64)
+    assert out.chunks == ((7, 0, 13),) and out.dtype == np.float64
+    np.testing.assert_array_equal(out.compute(), X.compute() @ [1.0, 10.0, 100.0])
+    with pytest.raises(ValueError, match=r"chunked along rows only.*rechunk\(\{1: -1\}\)"):
+        map_rows(X.rechunk((20, 2)), lambda b: b[:, 0], dtype=np.float64)
