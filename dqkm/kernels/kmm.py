@@ -222,6 +222,7 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
     seedE = np.empty(L)
     lbm = np.empty(m)
     dfv = np.empty(m)
+    cand = np.empty(m, np.int64)
     n_exact = 0
     for i in range(n):
         if skip[i]:
@@ -251,8 +252,14 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
                 if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
                     _insert(seedD, seedJ, seedE, v, j, 0.0)
         # exact distances: every prototype (reference), or the l+1 smallest bounds
-        # first and then every prototype whose bound does not exceed the current
-        # (l+1)-th distance (Algorithm 3).  One call site for the exact distance.
+        # first and then every prototype whose bound does not exceed the (l+1)-th
+        # of their distances (Algorithm 3).  One call site for the exact distance.
+        # The candidates are listed by a branch-free pass and all computed: re-testing
+        # each against the shrinking (l+1)-th distance skips some, but the
+        # mispredicted branch costs more than the distances it saves (d = 32:
+        # 0.19 s vs 0.15 s for 25 000 × 1 000 pairs).  Any superset of the pairs
+        # that can enter the top l+1 gives the same result.
+        n_cand = 0
         for t in range(L + m if pruned else m):
             if not pruned:
                 j = t
@@ -262,9 +269,14 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
                     continue
                 lbm[j] = np.inf  # done: not a candidate again
             else:
-                j = t - L
-                if lbm[j] > topD[L - 1]:
-                    continue
+                if t == L:
+                    thr = topD[L - 1]
+                    for jj in range(m):
+                        cand[n_cand] = jj
+                        n_cand += not (lbm[jj] > thr)
+                if t - L >= n_cand:
+                    break
+                j = cand[t - L]
             e = _sqdist(X, i, A, j)
             n_exact += 1
             D = e + dfv[j]
