@@ -51,10 +51,26 @@ __all__ = ["hierarchical_palm4msa", "default_residual_constraints"]
 
 # λ at the start of a split, relative to ‖target‖_F (see the module docstring)
 _SPLIT_LAM = 1e-3
+# the 2-factor splits keep every step at the bound c (palm4msa's adaptive step is off):
+# with it the Hadamard factorisation (tests) stalls at 25 % error; the global runs use it
+_ADAPTIVE_SPLIT = False
 
 
 def default_residual_constraints(constraints):
     """Residual constraints of levels ``1 … Q−2`` for ``Splincol`` factor constraints.
+
+    The residual ``T_l`` (shape rows of ``S_{l+1}`` × D) stands for the
+    ``Q − l`` factors still to be split off.  Its ``s`` decreases
+    geometrically from ``m = min(shape)`` (dense, level 0) to the last
+    factor's ``s_Q`` (level ``Q − 1``, where the residual is ``SQ``), and is
+    never more than the product ``s_{l+1} ··· s_Q``:
+
+        s_l = min(round(m · (s_Q / m) ** (l / (Q − 1))), s_{l+1} ··· s_Q, m)
+
+    For the ``n × n`` Hadamard matrix with ``Q = log2 n`` ``Splincol(2)``
+    factors both terms equal ``n / 2^l`` (Le Magoarou & Gribonval's residual
+    rule); for the QuicK-means layout of digits (16×64, ``s = 3``, Q = 6) it
+    gives 11, 8, 6, 4 where the product alone gives 16, 16, 16, 9.
 
     Parameters
     ----------
@@ -63,8 +79,7 @@ def default_residual_constraints(constraints):
     Returns
     -------
     list of Splincol, length ``Q − 2``
-        Level ``l``: shape ``(constraints[l].shape[0], D)``, ``s`` =
-        ``min(s_{l+1} ··· s_Q, min(shape))``.
+        Level ``l``: shape ``(constraints[l].shape[0], D)``.
     """
     Q = len(constraints)
     if not all(isinstance(c, Splincol) for c in constraints):
@@ -74,13 +89,16 @@ def default_residual_constraints(constraints):
             f"each factor's 's'). Got {[type(c).__name__ for c in constraints]}."
         )
     D = constraints[-1].shape[1]
+    s_last = constraints[-1].s
     out = []
     for level in range(1, Q - 1):
         shape = (constraints[level].shape[0], D)
-        s = 1
+        m = min(shape)
+        prod = 1
         for c in constraints[level:]:
-            s = min(s * c.s, min(shape))
-        out.append(Splincol(shape, s))
+            prod = min(prod * c.s, m)
+        geo = int(np.floor(m * (s_last / m) ** (level / (Q - 1)) + 0.5 + 1e-9))
+        out.append(Splincol(shape, max(1, min(geo, prod, m))))
     return out
 
 
@@ -196,7 +214,8 @@ def hierarchical_palm4msa(
         eye = np.eye(*split_cons[0].shape)
         mats = [eye / np.linalg.norm(eye), np.zeros(split_cons[1].shape)]
         lam0 = _SPLIT_LAM * np.linalg.norm(weights[:, None] * target)
-        mats, lam, _ = _run(target, weights, split_cons, mats, lam0, n_iter, tol, None, safeguard)
+        mats, lam, _ = _run(target, weights, split_cons, mats, lam0, n_iter, tol, None, safeguard,
+                            adaptive=_ADAPTIVE_SPLIT)
         cons = peeled_cons + split_cons
         mats, lam, errors = _run(
             A64, d, cons, peeled + mats, lam, n_iter_global, tol,

@@ -56,7 +56,8 @@ __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"
 
 _DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
 _STEP_MARGIN = 1.001  # c = 1.001 · λ² · ‖L‖₂² · ‖R‖₂² (Algorithm 2, line 7)
-_BACKTRACKS = 2  # c is doubled at most this many times before an update is refused
+_BACKTRACKS = 2  # c is doubled up to 2**_BACKTRACKS times the bound before an update is refused
+_MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step (safeguard on)
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,7 @@ def _exact_error(A, d, mats, lam):
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
-    def __init__(self, A, d, constraints, mats, lam, safeguard):
+    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive=True):
         self.A = A
         self.At = np.ascontiguousarray(A.T)
         self.d = d
@@ -318,6 +319,9 @@ class _State:
         self.normA2 = float(np.vdot(A, A))
         self.f = _exact_error(A, d, mats, lam) ** 2
         self.safeguard = safeguard
+        # adaptive step (safeguarded updates only): factor q first tries c·scale[q]
+        self.scale = [1.0] * len(constraints)
+        self.min_scale = _MIN_STEP_SCALE if adaptive else 1.0
         # the descent guarantee needs the current factor in its set; the default
         # init and palm4msa results are, an arbitrary warm start may not be
         self.feasible = [c._contains(M) for c, M in zip(constraints, mats)]
@@ -402,27 +406,35 @@ def _objective(st, ctx, fac):
 
 
 def _guarded_update(st, q, fac, grad, c, ctx):
-    """A factor update that never increases the objective.
+    """A factor update that never increases the objective, with an adaptive step.
 
-    Candidates, in order, for c, 2c, 4c: the projection of ``D = S − ∇/c``;
-    for a non-exact projection (Splincol), ``D`` on the current support of
-    ``S`` (for unit-norm ``S`` this is never farther from ``D`` than ``S``,
-    the inequality PALM's descent proof needs).  The first candidate whose
-    objective is <= the current one is taken; if none, ``S`` is kept.
+    Candidates, in order, for ``c' = c·scale[q], 2c', 4c', …`` up to
+    ``2**_BACKTRACKS · c``: the projection of ``D = S − ∇/c'``; for a
+    non-exact projection (Splincol), ``D`` on the current support of ``S``
+    (for unit-norm ``S`` this is never farther from ``D`` than ``S``, the
+    inequality PALM's descent proof needs).  The first candidate whose
+    objective is <= the current one is taken and ``scale[q]`` becomes half
+    its ``c'/c`` (at least ``_MIN_STEP_SCALE``): the next update of this
+    factor tries a step twice as long.  If none is taken, ``S`` is kept and
+    ``scale[q]`` is reset to 1.
     """
     cons = st.constraints[q]
     old = fac.dense != 0.0
-    for _ in range(_BACKTRACKS + 1):
-        D = fac.dense - grad / c
-        supports = [None] if cons.is_exact else [None, old]
+    supports = [None] if cons.is_exact else [None, old]
+    mult = st.scale[q]
+    while True:
+        D = fac.dense - grad / (c * mult)
         for support in supports:
             new = _Factor(_project(cons, D, support))
             f_new, _, _, SGR = _objective(st, ctx, new)
             if f_new <= st.f:
                 st.f = f_new
+                st.scale[q] = max(0.5 * mult, st.min_scale)
                 return new, SGR
-        c *= 2.0
-    return fac, None
+        if mult >= 2.0**_BACKTRACKS:
+            st.scale[q] = 1.0
+            return fac, None
+        mult *= 2.0
 
 
 def _sweep(st, guard):
@@ -499,9 +511,12 @@ def _sweep(st, guard):
     return math.sqrt(max(st.f, 0.0))
 
 
-def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard):
-    """Core loop shared with the hierarchical solver; returns (mats, lam, errors)."""
-    st = _State(A, d, constraints, mats, lam, safeguard)
+def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=True):
+    """Core loop shared with the hierarchical solver; returns (mats, lam, errors).
+
+    ``adaptive=False``: every guarded update starts from the bound ``c``.
+    """
+    st = _State(A, d, constraints, mats, lam, safeguard, adaptive)
     errors = [math.sqrt(st.f)]
     for t in range(1, n_iter + 1):
         err = _sweep(st, guard=safeguard)
@@ -568,10 +583,13 @@ def palm4msa(
         Called after every iteration ``t >= 1`` with ``errors[t]``.
     safeguard : bool, default True
         Refuse a factor update that would increase the objective: the step
-        constant ``c`` is doubled (at most twice) and, if the objective still
-        increases, the previous factor is kept.  With it the objective never
-        increases, also for the ``Splincol`` heuristic, which is not an exact
-        projection.  False: plain PALM (for comparison).
+        constant ``c`` is doubled (up to 4× the bound) and, if the objective
+        still increases, the previous factor is kept.  With it the objective
+        never increases, also for the ``Splincol`` heuristic, which is not an
+        exact projection.  It also enables the adaptive step: each factor's
+        update first tries ``c·scale`` with ``scale`` halved after every
+        accepted step (down to 1/64) and reset to 1 after a refusal.  False:
+        plain PALM at the bound ``c`` (for comparison).
 
     Returns
     -------
@@ -584,7 +602,9 @@ def palm4msa(
     ``c = 1.001·λ²·‖L‖₂²·‖R‖₂²``; then ``λ ← ⟨A, Â⟩ / ‖Â‖²``.  The spectral
     norms are Rayleigh quotients of power iterations on ``LᵀL`` and ``RRᵀ``
     (small r×r / c×c matrices), warm-started across iterations; they are lower
-    bounds, and the safeguard is what guarantees descent.
+    bounds, and the safeguard is what guarantees descent.  With the safeguard
+    the step is adaptive: longer steps (``c/2 … c/64``) are tried first and
+    kept only when the objective does not increase (see docs/ALGORITHMS.md).
 
     References
     ----------

@@ -91,6 +91,41 @@ def test_fixed_left_with_empty_clusters(centroids):
     assert res.errors[-1] < 0.6 * res.errors[0]
 
 
+@pytest.mark.parametrize("sparsity", [3, 5])
+def test_adaptive_step_descends_faster_than_the_bound(centroids, sparsity):
+    """The guarded update first tries c·scale (scale halved after every
+    accepted step, down to 2**-6): measured on the 32×64 digits centroids,
+    100 iterations from the default start end at 0.24 / 0.17 relative error
+    against 0.30 / 0.23 with every step at the bound c."""
+    from dqkm.kernels.palm4msa import _initial_factors, _run
+
+    A = centroids
+    cons = default_constraints(*A.shape, sparsity=sparsity)
+    errs = {}
+    for adaptive in (False, True):
+        mats, lam = _initial_factors(None, cons, None, "test")
+        _, _, errs[adaptive] = _run(A, np.ones(A.shape[0]), cons, mats, lam, 100, 0.0, None, True,
+                                    adaptive=adaptive)
+        assert _monotone(errs[adaptive])
+    assert errs[True][-1] <= 0.9 * errs[False][-1]
+    # palm4msa's default is the adaptive step
+    assert palm4msa(A, cons, n_iter=100, tol=0).errors[-1] == pytest.approx(errs[True][-1], rel=1e-9)
+
+
+def test_default_residual_rule_decreases_geometrically():
+    """s_l = min(round(m·(s_Q/m)^(l/(Q−1))), s_{l+1}···s_Q, m), m = min(shape)."""
+    # QuicK-means layout of digits, K = 16, s = 3, Q = 6: m = 16, 16·(3/16)^(l/5)
+    # = 11.45, 8.19, 5.99, 4.28; the product rule alone would give 16, 16, 16, 9
+    res = default_residual_constraints(default_constraints(16, 64, sparsity=3))
+    assert [c.s for c in res] == [11, 8, 6, 4]
+    assert all(c.shape == (16, 64) for c in res)
+    # the product caps it: s = 1 factors give Splincol(1) residuals
+    assert [c.s for c in default_residual_constraints(default_constraints(16, 64, sparsity=1))] == [1] * 4
+    # digits with K = 10, s = 5 (Q = 6): 10·(1/2)^(l/5) = 8.7, 7.6, 6.6, 5.7 -> 9, 8, 7, 6
+    assert [c.s for c in default_residual_constraints(default_constraints(10, 64, sparsity=5))] == [
+        9, 8, 7, 6]
+
+
 def test_exact_projections_never_increase_even_unguarded():
     rng = np.random.default_rng(3)
     A = rng.standard_normal((16, 32))
