@@ -209,7 +209,7 @@ def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, FG, f2, g2, out):  # OUT ou
 
 @njit(cache=True, nogil=True)
 def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2,
-                    pruned, xa, xtn, atn, xperp, aperp, xn2, an2, margin,
+                    pruned, xa, xtn, atn, xperp, aperp, xn2, an2, margin, seeds,
                     idx, dist, de):  # OUT idx, dist, de
     n = X.shape[0]
     m = A.shape[0]
@@ -247,13 +247,23 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
             for j in range(m):  # branch-free: vectorised
                 t = pi - aperp[j]
                 lbm[j] = xi + atn[j] - 2.0 * xa[i, j] + t * t + dfv[j] - margin * an2[j]
-            for j in range(m):
-                v = lbm[j]
-                if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
-                    _insert(seedD, seedJ, seedE, v, j, 0.0)
-        # exact distances: every prototype (reference), or the l+1 smallest bounds
-        # first and then every prototype whose bound does not exceed the (l+1)-th
-        # of their distances (Algorithm 3).  One call site for the exact distance.
+            given = seeds.shape[1] == L
+            if given:
+                for k in range(L):
+                    if seeds[i, k] < 0 or seeds[i, k] >= m:
+                        given = False
+            if given:  # e.g. the previous pass's neighbours: no selection scan
+                for k in range(L):
+                    seedJ[k] = seeds[i, k]
+            else:  # the l + 1 smallest bounds
+                for j in range(m):
+                    v = lbm[j]
+                    if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
+                        _insert(seedD, seedJ, seedE, v, j, 0.0)
+        # exact distances: every prototype (reference), or l + 1 seeds (the smallest
+        # bounds, or the given ones) first and then every prototype whose bound does
+        # not exceed the (l+1)-th of their distances (Algorithm 3).  One call site
+        # for the exact distance.
         # The candidates are listed by a branch-free pass and all computed: re-testing
         # each against the shrinking (l+1)-th distance skips some, but the
         # mispredicted branch costs more than the distances it saves (d = 32:
@@ -265,15 +275,15 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
                 j = t
             elif t < L:
                 j = seedJ[t]
-                if j >= m:
+                if j >= m or lbm[j] != lbm[j]:  # no seed, or a repeated one
                     continue
-                lbm[j] = np.inf  # done: not a candidate again
+                lbm[j] = np.nan  # done: never a candidate again (NaN <= thr is False)
             else:
                 if t == L:
                     thr = topD[L - 1]
                     for jj in range(m):
                         cand[n_cand] = jj
-                        n_cand += not (lbm[jj] > thr)
+                        n_cand += lbm[jj] <= thr
                 if t - L >= n_cand:
                     break
                 j = cand[t - L]
@@ -290,7 +300,8 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
     return n_exact
 
 
-def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None):
+def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None,
+                       seeds=None):
     """The ``l + 1`` nearest prototypes of every row under eq. (32).
 
     Parameters
@@ -308,6 +319,12 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         Algorithm 3: exact D_E only where the lower bound cannot prune.
     lb : tuple ``(xt, xperp, xn2, at, aperp, an2)``, required when pruned
         From :func:`project` for the rows and for the prototypes.
+    seeds : ndarray of shape (n_rows, l + 1), int, optional
+        Used when pruned: prototypes whose exact distances are computed first
+        for each row (e.g. the previous pass's neighbours), in place of the
+        l + 1 smallest bounds; a row with an index outside [0, m) falls back to
+        those.  The result does not depend on the seeds (only the number of
+        exact distances does).
 
     Returns
     -------
@@ -342,6 +359,14 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         at = np.zeros((m, 0))
         xperp = xn2 = xtn = np.zeros(n)
         aperp = an2 = atn = np.zeros(m)
+    L_seeds = L if (pruned and seeds is not None) else 0
+    if L_seeds:
+        seeds = np.ascontiguousarray(seeds, dtype=np.int64)
+        if seeds.shape != (n, L):
+            raise ValueError(f"seeds must have shape (n_rows, n_neighbors + 1) = ({n}, {L}). "
+                             f"Got {seeds.shape} instead.")
+    else:
+        seeds = np.zeros((n, 0), np.int64)
     n_exact = 0
     empty = np.zeros((0, m))
     for r0 in range(0, n, _TILE):
@@ -354,7 +379,7 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
             X[r0:r1], A, skip[r0:r1], int(term.mode), float(term.beta), pcomp[r0:r1],
             pinv[r0:r1], qcomp, qinv, np.ascontiguousarray(FG), f2[r0:r1], g2, bool(pruned),
             np.ascontiguousarray(xa), xtn[r0:r1], atn, xperp[r0:r1], aperp, xn2[r0:r1], an2,
-            LB_MARGIN, idx[r0:r1], dist[r0:r1], de[r0:r1])
+            LB_MARGIN, seeds[r0:r1], idx[r0:r1], dist[r0:r1], de[r0:r1])
     return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
 
 

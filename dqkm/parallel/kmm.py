@@ -107,7 +107,11 @@ def _kmm_chunk(block, prev, U_block, state):
         skip = prev["skip"]
     term = _spectral_term(state, prev, U_block, n_rows)
     lb = (lb_rows + state["lb_protos"]) if pruned else None
-    nb = nearest_prototypes(X, state["A"], ell, term, skip=skip, pruned=pruned, lb=lb)
+    # the previous pass's l + 1 neighbours seed the pruned search (same result, less work)
+    seeds = (np.concatenate([prev["idx"], prev["nxt"][:, None]], axis=1)
+             if pruned and prev is not None else None)
+    nb = nearest_prototypes(X, state["A"], ell, term, skip=skip, pruned=pruned, lb=lb,
+                            seeds=seeds)
     dist, de, idx_all = nb.distances, nb.exact_de, nb.indices
     if prev is None and state["theta"] is not None:  # Algorithm 7
         skip = outlier_mask(de, state["theta"], ell)
@@ -139,7 +143,8 @@ def _kmm_chunk(block, prev, U_block, state):
         "changed": int((nearest[live] != ref[live]).sum()),
         "bad": bad,
     }
-    new = {"idx": idx, "w": W, "ref": ref, "skip": skip, "lb": lb_rows}
+    new = {"idx": idx, "w": W, "ref": ref, "skip": skip, "lb": lb_rows,
+           "nxt": np.ascontiguousarray(idx_all[:, ell])}
     return new, part
 
 
@@ -180,7 +185,7 @@ def _labels_block(st, proto_comp):
     return np.where(first >= 0, proto_comp[np.maximum(first, 0)], -1).astype(np.int64)
 
 
-_ROW_FIELDS = ("idx", "w", "ref", "skip")
+_ROW_FIELDS = ("idx", "w", "ref", "skip", "nxt")  # nxt: the (l+1)-th neighbour
 _LB_FIELDS = ("lb_t", "lb_perp", "lb_norm2")  # the rows' rank-d′ projections (fast only)
 
 
@@ -200,7 +205,9 @@ def _write_rows_block(st, path):
 def _read_rows_block(path):
     """One chunk's per-row state back from :func:`_write_rows_block`'s group."""
     group = zarr.open_group(path, mode="r")
-    st = {k: np.asarray(group[k][...]) for k in _ROW_FIELDS}
+    st = {k: np.asarray(group[k][...]) for k in _ROW_FIELDS if k in group}
+    if "nxt" not in st:  # written before the field existed: the search seeds itself
+        st["nxt"] = np.full(st["idx"].shape[0], -1, np.int32)
     st["lb"] = (tuple(np.asarray(group[k][...]) for k in _LB_FIELDS)
                 if _LB_FIELDS[0] in group else None)
     return st
@@ -224,8 +231,9 @@ def _rows_path(directory, i):
 def write_rows(rows, directory):
     """Write the persisted per-chunk rows of S under ``directory/rows/NNNNNN/``.
 
-    Each chunk's neighbours ``idx``, weights ``w``, reference nearest
-    prototypes ``ref``, outlier flags ``skip`` and (fast) projections
+    Each chunk's neighbours ``idx``, weights ``w``, (l+1)-th neighbours
+    ``nxt``, reference nearest prototypes ``ref``, outlier flags ``skip`` and
+    (fast) projections
     ``lb_t``/``lb_perp``/``lb_norm2`` become one Zarr v3 group, written by the
     worker that holds the chunk (one task per chunk, one compute for all):
     on a multi-machine cluster ``directory`` must be on a filesystem every

@@ -100,6 +100,38 @@ def test_pruning_never_changes_the_neighbour_sets(dtype, mode, seed):
         assert fast.n_exact < 0.6 * fast.n_pairs  # clustered data: the bound prunes
 
 
+@pytest.mark.parametrize("mode", [0, MODE_COMPONENTS, MODE_EXTRA])
+def test_any_seeds_give_the_same_neighbours(mode):
+    """Seeds (e.g. the previous pass's neighbours) only change the work: good,
+    random, repeated or missing seeds give the unseeded result bit for bit."""
+    rng = np.random.default_rng(5)
+    centers = rng.standard_normal((6, 16)) * 5
+    X = (centers[rng.integers(0, 6, 300)] + rng.standard_normal((300, 16))).astype(np.float32)
+    A = X[rng.choice(300, 40, replace=False)].astype(np.float64)
+    term = (SpectralTerm.none(len(X), len(A)) if mode == 0
+            else _random_term(rng, len(X), len(A), mode))
+    mu, V = svd_basis(A, 4)
+    lb = project(X, mu, V) + project(A, mu, V)
+    base = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb)
+    good = base.indices.astype(np.int64)
+    rand = rng.integers(0, 40, good.shape)          # repeats within a row included
+    mixed = good.copy()
+    mixed[::3, -1] = -1                            # these rows select their own seeds
+    mixed[1::3, 2] = 40                            # out of range: the same
+    for seeds in (good, good[:, ::-1], rand, mixed):
+        seeds0 = seeds.copy()
+        res = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=seeds)
+        np.testing.assert_array_equal(res.indices, base.indices)
+        np.testing.assert_array_equal(res.distances, base.distances)
+        np.testing.assert_array_equal(res.exact_de, base.exact_de)
+        np.testing.assert_array_equal(seeds, seeds0)
+    assert nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=good).n_exact \
+        <= base.n_exact
+    with pytest.raises(ValueError, match=r"seeds must have shape \(n_rows, n_neighbors \+ 1\) "
+                                         r"= \(300, 6\)\. Got \(300, 5\)"):
+        nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=good[:, :5])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_lower_bound_of_lemma_4_10(dtype):
     rng = np.random.default_rng(5)
