@@ -168,6 +168,30 @@ def test_resume_of_finished_fit_and_fresh_start(tmp_path, blobs):
     np.testing.assert_array_equal(again, labels)
 
 
+def test_rows_without_seed_field_resume_to_the_same_clusters(tmp_path, blobs):
+    """Rows written before ``nxt`` (the (l+1)-th neighbour that seeds the next
+    pruned search) existed still resume: the search then picks its own seeds,
+    which changes only the count of exact distances, not the result."""
+    import shutil
+
+    Xd = da.from_array(blobs, chunks=(500, -1))
+    full = _blobs_kmm(max_iter=6).fit(Xd)
+    ck = tmp_path / "ck"
+    with pytest.raises(Interrupt):
+        _blobs_kmm(max_iter=6).fit(Xd, checkpoint=ck, callback=_interrupt_after(2))
+    rows = ck / _latest(ck) / "rows"
+    for block in sorted(p for p in os.listdir(rows) if p != "zarr.json"):
+        shutil.rmtree(rows / block / "nxt")
+    resumed = _blobs_kmm(max_iter=6).fit(Xd, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(np.asarray(resumed.labels_), np.asarray(full.labels_))
+    np.testing.assert_array_equal(resumed.prototypes_, full.prototypes_)
+    for x, y in zip(resumed.similarity_, full.similarity_):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    first = resumed.history_[2]
+    assert first["distances_exact"] != full.history_[2]["distances_exact"]
+    assert first["objective"] == full.history_[2]["objective"]
+
+
 def test_checkpoint_of_other_estimator_or_data_is_refused(tmp_path, blobs):
     Xd = da.from_array(blobs, chunks=(500, -1))
     km = tmp_path / "km"
