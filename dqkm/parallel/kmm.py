@@ -50,7 +50,7 @@ from ..kernels.kmm_init import outlier_mask, outlier_threshold
 from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
                                     merge_statistics, prototype_matrix, reference_svd)
 from ..kernels.lloyd import assign_labels
-from .engine import broadcast, compute, one_blas_thread, tree_reduce
+from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
 
 logger = logging.getLogger(__name__)
 
@@ -689,8 +689,7 @@ def predict_labels(X, prototypes, proto_labels):
     keep = np.asarray(proto_labels) >= 0
     protos = np.ascontiguousarray(np.asarray(prototypes)[keep], dtype=X.dtype)
     plabels = np.asarray(proto_labels)[keep].astype(np.int64)
-    return X.map_blocks(_predict_block, protos, plabels, drop_axis=1, dtype=np.int64,
-                        meta=np.empty((0,), dtype=np.int64))
+    return map_rows(X, _predict_block, protos, plabels, dtype=np.int64, name="kmm-predict")
 
 
 def _distances_block(block, protos):
