@@ -19,6 +19,17 @@ __all__ = ["QKMeans"]
 _INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
 
 
+def _hierarchical(A, constraints, *, n_iter, fixed_left=None):
+    """Hierarchical palm4MSA as QK-means runs it: adaptive step in the global runs
+    and the geometric residual rule (both in docs/ALGORITHMS.md, with the objective
+    ratios they buy on digits)."""
+    from ..kernels import default_residual_constraints, hierarchical_palm4msa
+
+    residuals = default_residual_constraints(constraints, rule="geometric")
+    return hierarchical_palm4msa(A, constraints, residual_constraints=residuals, n_iter=n_iter,
+                                 fixed_left=fixed_left, adaptive_step=True)
+
+
 def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left):
     """palm4MSA warm-started from ``init``, or hierarchical palm4MSA from
     scratch on the same weighted target when its exact error is lower.
@@ -27,10 +38,11 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left):
     safeguard), and the lower of the two errors is kept, so the QK-means
     objective stays non-increasing (journal, Proposition 1).
     """
-    from ..kernels import hierarchical_palm4msa, palm4msa
+    from ..kernels import palm4msa
 
-    warm = palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
-    fresh = hierarchical_palm4msa(A, constraints, n_iter=n_iter, fixed_left=fixed_left)
+    warm = palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
+                    adaptive_step=True)
+    fresh = _hierarchical(A, constraints, n_iter=n_iter, fixed_left=fixed_left)
     return fresh if fresh.errors[-1] < warm.errors[-1] else warm
 
 
@@ -48,7 +60,8 @@ def _refit_solver(hierarchical_refits, start_iter):
         if iteration[0] <= hierarchical_refits:
             return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
                                          fixed_left=fixed_left)
-        return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
+        return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
+                        adaptive_step=True)
 
     return solve
 
@@ -158,12 +171,12 @@ class QKMeans(KMeans):
         return n_factors
 
     def _factorize(self, centers, constraints):
-        from ..kernels import hierarchical_palm4msa, palm4msa
+        from ..kernels import palm4msa
 
         A = np.asarray(centers, dtype=np.float64)
         if self.init_factorization == "hierarchical":
-            return hierarchical_palm4msa(A, constraints, n_iter=self.palm_iter_init).factors
-        return palm4msa(A, constraints, n_iter=self.palm_iter_init).factors
+            return _hierarchical(A, constraints, n_iter=self.palm_iter_init).factors
+        return palm4msa(A, constraints, n_iter=self.palm_iter_init, adaptive_step=True).factors
 
     def _check_extra_params(self, n_features):
         from ..kernels import default_constraints

@@ -37,6 +37,7 @@ import numpy as np
 
 from .palm4msa import (
     _as_constraints,
+    _check_bool,
     _check_fixed_left,
     _check_int,
     _check_target,
@@ -56,31 +57,41 @@ _SPLIT_LAM = 1e-3
 _ADAPTIVE_SPLIT = False
 
 
-def default_residual_constraints(constraints):
+_RESIDUAL_RULES = ("product", "geometric")
+
+
+def default_residual_constraints(constraints, rule="product"):
     """Residual constraints of levels ``1 … Q−2`` for ``Splincol`` factor constraints.
 
     The residual ``T_l`` (shape rows of ``S_{l+1}`` × D) stands for the
-    ``Q − l`` factors still to be split off.  Its ``s`` decreases
-    geometrically from ``m = min(shape)`` (dense, level 0) to the last
-    factor's ``s_Q`` (level ``Q − 1``, where the residual is ``SQ``), and is
-    never more than the product ``s_{l+1} ··· s_Q``:
+    ``Q − l`` factors still to be split off.
 
-        s_l = min(round(m · (s_Q / m) ** (l / (Q − 1))), s_{l+1} ··· s_Q, m)
+    - ``rule="product"`` (the default): ``s_l = min(s_{l+1} ··· s_Q, m)``,
+      ``m = min(shape)`` — the product's own bound on non-zeros per row.
+    - ``rule="geometric"``: ``s`` decreases geometrically from ``m`` (level 0)
+      to the last factor's ``s_Q`` (level ``Q − 1``), never above the product:
+      ``s_l = min(round(m · (s_Q / m) ** (l / (Q − 1))), s_{l+1} ··· s_Q, m)``.
+      Lower errors (digits 128×784, s = 5: 0.146 instead of 0.198) at ~17 %
+      more time (the partial top-k projections of the nearly dense residuals).
 
     For the ``n × n`` Hadamard matrix with ``Q = log2 n`` ``Splincol(2)``
-    factors both terms equal ``n / 2^l`` (Le Magoarou & Gribonval's residual
-    rule); for the QuicK-means layout of digits (16×64, ``s = 3``, Q = 6) it
-    gives 11, 8, 6, 4 where the product alone gives 16, 16, 16, 9.
+    factors both rules give ``n / 2^l`` (Le Magoarou & Gribonval's residual
+    rule); for the QuicK-means layout of digits (16×64, ``s = 3``, Q = 6) the
+    product gives 16, 16, 16, 9 and the geometric rule 11, 8, 6, 4.
 
     Parameters
     ----------
     constraints : list of Splincol, one per factor (``S1 … SQ``)
+    rule : {"product", "geometric"}, default "product"
 
     Returns
     -------
     list of Splincol, length ``Q − 2``
         Level ``l``: shape ``(constraints[l].shape[0], D)``.
     """
+    if rule not in _RESIDUAL_RULES:
+        raise ValueError(f"The 'rule' parameter of default_residual_constraints must be one of "
+                         f"{list(_RESIDUAL_RULES)}. Got {rule!r} instead.")
     Q = len(constraints)
     if not all(isinstance(c, Splincol) for c in constraints):
         raise ValueError(
@@ -97,8 +108,11 @@ def default_residual_constraints(constraints):
         prod = 1
         for c in constraints[level:]:
             prod = min(prod * c.s, m)
-        geo = int(np.floor(m * (s_last / m) ** (level / (Q - 1)) + 0.5 + 1e-9))
-        out.append(Splincol(shape, max(1, min(geo, prod, m))))
+        s_l = prod
+        if rule == "geometric":
+            geo = int(np.floor(m * (s_last / m) ** (level / (Q - 1)) + 0.5 + 1e-9))
+            s_l = min(geo, prod)
+        out.append(Splincol(shape, max(1, min(s_l, m))))
     return out
 
 
@@ -135,6 +149,7 @@ def hierarchical_palm4msa(
     fixed_left=None,
     callback=None,
     safeguard=True,
+    adaptive_step=False,
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ``, hierarchically.
 
@@ -162,6 +177,9 @@ def hierarchical_palm4msa(
     safeguard : bool, default True
         As in :func:`palm4msa` (every run is monotone; the error can still
         rise at a level boundary, where a split replaces the residual).
+    adaptive_step : bool, default False
+        As in :func:`palm4msa`, for the global runs; the 2-factor splits
+        always step at the bound.
 
     Returns
     -------
@@ -196,9 +214,11 @@ def hierarchical_palm4msa(
     Q = len(constraints)
     residuals = _check_residuals(residual_constraints, constraints) + [constraints[-1]]
     safeguard = bool(safeguard)
+    adaptive = _check_bool(adaptive_step, "adaptive_step", owner)
     if Q == 1:
         mats, lam = _initial_factors(None, constraints, None, owner)
-        mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter_global, tol, callback, safeguard)
+        mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter_global, tol, callback, safeguard,
+                                 adaptive=adaptive)
         return _result(mats, lam, errors, dtype)
 
     offset = [0]
@@ -219,7 +239,7 @@ def hierarchical_palm4msa(
         cons = peeled_cons + split_cons
         mats, lam, errors = _run(
             A64, d, cons, peeled + mats, lam, n_iter_global, tol,
-            None if callback is None else global_callback, safeguard,
+            None if callback is None else global_callback, safeguard, adaptive=adaptive,
         )
         all_errors.append(errors if level == 1 else errors[1:])
         offset[0] += len(errors) - 1

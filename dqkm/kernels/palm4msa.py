@@ -240,6 +240,12 @@ def _check_fixed_left(fixed_left, K, owner):
     return d.astype(np.float64)
 
 
+def _check_bool(value, name, owner):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"The {name!r} parameter of {owner} must be a bool. Got {value!r} instead.")
+    return bool(value)
+
+
 def _check_tol_lam(tol, lam_init, owner):
     if isinstance(tol, bool) or not isinstance(tol, Real) or not (tol >= 0 and math.isfinite(tol)):
         raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r} instead.")
@@ -309,7 +315,7 @@ def _exact_error(A, d, mats, lam):
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
-    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive=True):
+    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive):
         self.A = A
         self.At = np.ascontiguousarray(A.T)
         self.d = d
@@ -511,7 +517,7 @@ def _sweep(st, guard):
     return math.sqrt(max(st.f, 0.0))
 
 
-def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=True):
+def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False):
     """Core loop shared with the hierarchical solver; returns (mats, lam, errors).
 
     ``adaptive=False``: every guarded update starts from the bound ``c``.
@@ -553,6 +559,7 @@ def palm4msa(
     lam_init=None,
     callback=None,
     safeguard=True,
+    adaptive_step=False,
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ`` (palm4MSA).
 
@@ -586,10 +593,16 @@ def palm4msa(
         constant ``c`` is doubled (up to 4× the bound) and, if the objective
         still increases, the previous factor is kept.  With it the objective
         never increases, also for the ``Splincol`` heuristic, which is not an
-        exact projection.  It also enables the adaptive step: each factor's
-        update first tries ``c·scale`` with ``scale`` halved after every
-        accepted step (down to 1/64) and reset to 1 after a refusal.  False:
-        plain PALM at the bound ``c`` (for comparison).
+        exact projection.  False: plain PALM at the bound ``c`` (for comparison).
+    adaptive_step : bool, default False
+        With the safeguard: each factor's update first tries ``c·scale``, with
+        ``scale`` halved after every accepted step (down to 1/64) and reset to
+        1 after a refusal; longer steps are kept only when the objective does
+        not increase.  It reaches lower errors per iteration (digits 128×784,
+        s = 5, 300 iterations: 0.210 instead of 0.260) at about 1.5× the time
+        per iteration (the refused candidates cost an objective each); QK-means
+        uses it.  False: every update starts from the bound ``c``
+        (Algorithm 2 as published).
 
     Returns
     -------
@@ -602,9 +615,9 @@ def palm4msa(
     ``c = 1.001·λ²·‖L‖₂²·‖R‖₂²``; then ``λ ← ⟨A, Â⟩ / ‖Â‖²``.  The spectral
     norms are Rayleigh quotients of power iterations on ``LᵀL`` and ``RRᵀ``
     (small r×r / c×c matrices), warm-started across iterations; they are lower
-    bounds, and the safeguard is what guarantees descent.  With the safeguard
-    the step is adaptive: longer steps (``c/2 … c/64``) are tried first and
-    kept only when the objective does not increase (see docs/ALGORITHMS.md).
+    bounds, and the safeguard is what guarantees descent.  With
+    ``adaptive_step`` longer steps (``c/2 … c/64``) are tried first and kept
+    only when the objective does not increase (see docs/ALGORITHMS.md).
 
     References
     ----------
@@ -626,6 +639,8 @@ def palm4msa(
     if callback is not None and not callable(callback):
         raise TypeError(f"The 'callback' parameter of palm4msa must be callable or None. Got {callback!r}.")
     d = _check_fixed_left(fixed_left, K, "palm4msa")
+    adaptive = _check_bool(adaptive_step, "adaptive_step", "palm4msa")
     mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
-    mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard))
+    mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard),
+                             adaptive=adaptive)
     return _result(mats, lam, errors, dtype)

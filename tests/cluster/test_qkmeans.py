@@ -121,7 +121,8 @@ def test_warm_or_hierarchical_keeps_the_better_refit(digits):
     """Each iteration's palm4MSA error is the lower of the warm-started run and
     the hierarchical run from scratch on the same target."""
     from dqkm.cluster.qkmeans import _warm_or_hierarchical
-    from dqkm.kernels import default_constraints, hierarchical_palm4msa, palm4msa
+    from dqkm.kernels import (default_constraints, default_residual_constraints,
+                              hierarchical_palm4msa, palm4msa)
 
     X, init = digits
     cons = default_constraints(10, 64, sparsity=3)
@@ -133,8 +134,11 @@ def test_warm_or_hierarchical_keeps_the_better_refit(digits):
     w = np.sqrt(counts)
     A = w[:, None] * U
     got = _warm_or_hierarchical(A, cons, n_iter=30, init=start, fixed_left=w)
-    warm = palm4msa(A, cons, n_iter=30, init=start, fixed_left=w)
-    fresh = hierarchical_palm4msa(A, cons, n_iter=30, fixed_left=w)
+    # QK-means's palm4MSA settings: adaptive step, geometric residual rule
+    warm = palm4msa(A, cons, n_iter=30, init=start, fixed_left=w, adaptive_step=True)
+    fresh = hierarchical_palm4msa(A, cons, n_iter=30, fixed_left=w, adaptive_step=True,
+                                  residual_constraints=default_residual_constraints(
+                                      cons, rule="geometric"))
     assert got.errors[-1] == min(warm.errors[-1], fresh.errors[-1])
     assert got.errors[-1] <= warm.errors[0]
 

@@ -108,22 +108,40 @@ def test_adaptive_step_descends_faster_than_the_bound(centroids, sparsity):
                                     adaptive=adaptive)
         assert _monotone(errs[adaptive])
     assert errs[True][-1] <= 0.9 * errs[False][-1]
-    # palm4msa's default is the adaptive step
-    assert palm4msa(A, cons, n_iter=100, tol=0).errors[-1] == pytest.approx(errs[True][-1], rel=1e-9)
+    # palm4msa's default steps at the bound (Algorithm 2); adaptive_step=True is the rule above
+    assert palm4msa(A, cons, n_iter=100, tol=0).errors[-1] == pytest.approx(errs[False][-1], rel=1e-9)
+    assert palm4msa(A, cons, n_iter=100, tol=0, adaptive_step=True).errors[-1] == \
+        pytest.approx(errs[True][-1], rel=1e-9)
+    with pytest.raises(TypeError, match="'adaptive_step' parameter of palm4msa must be a bool"):
+        palm4msa(A, cons, n_iter=1, adaptive_step="yes")
+    with pytest.raises(TypeError, match="'adaptive_step' parameter of hierarchical_palm4msa"):
+        hierarchical_palm4msa(A, cons, n_iter=1, adaptive_step=1)
 
 
-def test_default_residual_rule_decreases_geometrically():
-    """s_l = min(round(m·(s_Q/m)^(l/(Q−1))), s_{l+1}···s_Q, m), m = min(shape)."""
-    # QuicK-means layout of digits, K = 16, s = 3, Q = 6: m = 16, 16·(3/16)^(l/5)
-    # = 11.45, 8.19, 5.99, 4.28; the product rule alone would give 16, 16, 16, 9
-    res = default_residual_constraints(default_constraints(16, 64, sparsity=3))
+def test_residual_rules_product_and_geometric():
+    """product (default): s_l = min(s_{l+1}···s_Q, m); geometric:
+    s_l = min(round(m·(s_Q/m)^(l/(Q−1))), s_{l+1}···s_Q, m), m = min(shape)."""
+    cons = default_constraints(16, 64, sparsity=3)
+    # QuicK-means layout of digits, K = 16, s = 3, Q = 6: products 3^5.. capped at 16, then 9
+    assert [c.s for c in default_residual_constraints(cons)] == [16, 16, 16, 9]
+    # m = 16, 16·(3/16)^(l/5) = 11.45, 8.19, 5.99, 4.28
+    res = default_residual_constraints(cons, rule="geometric")
     assert [c.s for c in res] == [11, 8, 6, 4]
     assert all(c.shape == (16, 64) for c in res)
-    # the product caps it: s = 1 factors give Splincol(1) residuals
-    assert [c.s for c in default_residual_constraints(default_constraints(16, 64, sparsity=1))] == [1] * 4
+    # the product caps it: s = 1 factors give Splincol(1) residuals under both rules
+    for rule in ("product", "geometric"):
+        assert [c.s for c in default_residual_constraints(default_constraints(16, 64, sparsity=1),
+                                                          rule=rule)] == [1] * 4
     # digits with K = 10, s = 5 (Q = 6): 10·(1/2)^(l/5) = 8.7, 7.6, 6.6, 5.7 -> 9, 8, 7, 6
-    assert [c.s for c in default_residual_constraints(default_constraints(10, 64, sparsity=5))] == [
-        9, 8, 7, 6]
+    assert [c.s for c in default_residual_constraints(default_constraints(10, 64, sparsity=5),
+                                                      rule="geometric")] == [9, 8, 7, 6]
+    # Hadamard 2^5 with Splincol(2): both rules give n / 2^l
+    had = [Splincol((32, 32), 2)] * 5
+    for rule in ("product", "geometric"):
+        assert [c.s for c in default_residual_constraints(had, rule=rule)] == [16, 8, 4]
+    with pytest.raises(ValueError, match="'rule' parameter of default_residual_constraints must "
+                                         "be one of"):
+        default_residual_constraints(cons, rule="linear")
 
 
 def test_exact_projections_never_increase_even_unguarded():
