@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .lloyd import _argmin_columns
+
 # below this many rows per tile the row-add loops are too short to vectorise
 _NARROW = 8
 
@@ -182,17 +184,7 @@ def _argmin_tile(X, r0, t, labels, best, half, bufa, bufb, shapes, indptr, indic
                  poffs, ioffs):
     # OUT labels (rows r0 .. r0+t), best, bufa, bufb (scratch)
     src = _chain_tile(X, r0, t, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs)
-    for c in range(t):
-        best[c] = half[0] - src[0, c]
-        labels[r0 + c] = 0
-    for i in range(1, shapes[0, 0]):  # row i of the K × t products, lower index wins ties
-        h = half[i]
-        s = src[i]
-        for c in range(t):
-            v = h - s[c]
-            if v < best[c]:
-                best[c] = v
-                labels[r0 + c] = i
+    _argmin_columns(src, shapes[0, 0], t, half, best, labels, r0)  # K × t products
 
 
 @njit(nogil=True, cache=True)

@@ -86,28 +86,30 @@ def _rows_given_labels(X, labels, centers, sums, counts, mind):  # OUT sums, cou
 
 
 @njit(nogil=True, cache=True)
-def _argmin_columns(gT, t, half_norms, best, arg):  # OUT best, arg
-    """``arg[i] = argmin_k half_norms[k] − gT[k, i]`` for the first ``t`` columns.
+def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, labels
+    """``labels[offset + i] = argmin_{j<k} half_norms[j] − G[j, i]`` for ``i < t``.
 
-    The products are scanned one center (one contiguous row of ``gT``) at a
+    The products are scanned one center (one contiguous row of ``G``) at a
     time, so the compare-and-select runs across the tile's rows in SIMD lanes;
     a row-by-row scan over K is a chain of dependent branches (at K = 64 it
-    cost a third as much as the GEMM).  Strict ``<`` with k increasing: the
-    lower index wins ties, and a NaN product never wins (as before).
+    cost a third as much as the GEMM).  Strict ``<`` with j increasing: the
+    lower index wins ties, and a NaN product never wins.  Shared with the
+    sparse-factor kernels (``_factor_apply``), whose buffers are wider than
+    ``t`` and taller than ``k``.
     """
     h0 = half_norms[0]
-    g0 = gT[0]
+    g0 = G[0]
     for i in range(t):
         best[i] = h0 - g0[i]
-        arg[i] = 0
-    for k in range(1, gT.shape[0]):
-        hk = half_norms[k]
-        gk = gT[k]
+        labels[offset + i] = 0
+    for j in range(1, k):
+        hj = half_norms[j]
+        gj = G[j]
         for i in range(t):
-            v = hk - gk[i]
+            v = hj - gj[i]
             if v < best[i]:
                 best[i] = v
-                arg[i] = k
+                labels[offset + i] = j
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)  # as _finish_row's other callers
@@ -121,15 +123,12 @@ def _tiled(X, centers, half_norms, sums, counts, labels, mind, with_sums):  # OU
     n = X.shape[0]
     objective = 0.0
     best = np.empty(_TILE, dtype=X.dtype)
-    arg = np.empty(_TILE, dtype=np.int32)
     for start in range(0, n, _TILE):
         stop = min(start + _TILE, n)
         gT = np.dot(centers, X[start:stop].T)
-        _argmin_columns(gT, stop - start, half_norms, best, arg)
-        for i in range(stop - start):
-            r = start + i
-            labels[r] = arg[i]
-            dist = _finish_row(X, r, arg[i], centers, sums, counts, with_sums)
+        _argmin_columns(gT, gT.shape[0], stop - start, half_norms, best, labels, start)
+        for r in range(start, stop):
+            dist = _finish_row(X, r, labels[r], centers, sums, counts, with_sums)
             mind[r] = dist
             objective += dist
     return objective
