@@ -33,8 +33,9 @@ def _row_views(X: np.ndarray, chunks) -> da.Array:
     """A Dask array whose blocks are views of the rows of ``X``: no copy, no hash.
 
     ``da.from_array`` copies a NumPy array whole and hashes it for the graph's
-    name (together 0.8 s of a 1.5 s ``KMeans.predict`` on 800 MB here); for an
-    array that is consumed within the call that made it, neither is needed.
+    name (together 0.38 s of a 0.75 s ``QKMeans.predict`` on 100k × 2000
+    float32, profiled here); for an array that is consumed within the call that
+    made it, neither is needed.
     """
     rows = da.core.normalize_chunks((chunks, -1), X.shape, dtype=X.dtype)
     name = f"dqkm-rows-{uuid.uuid4().hex}"

@@ -223,6 +223,13 @@ def _row_blocks(X: da.Array) -> list:
     return list(np.asarray(blocks).reshape(-1))
 
 
+def _check_tree(split_every: int, n_parts: int) -> None:
+    if split_every < 2:
+        raise ValueError(f"split_every must be an int >= 2; got {split_every!r}.")
+    if not n_parts:
+        raise ValueError("tree_reduce needs at least one partial result.")
+
+
 def _tree_tasks(layer: dict, keys: list, combine: Callable, split_every: int,
                 prefix: str) -> Any:
     """Add the tasks of a ``combine`` tree over ``keys`` to ``layer``; return the root key.
@@ -231,10 +238,7 @@ def _tree_tasks(layer: dict, keys: list, combine: Callable, split_every: int,
     ``TaskRef`` dependencies: building them with ``delayed`` cost ~1 ms per pass,
     a few per cent of a small Lloyd iteration.
     """
-    if split_every < 2:
-        raise ValueError(f"split_every must be an int >= 2; got {split_every!r}.")
-    if not keys:
-        raise ValueError("tree_reduce needs at least one partial result.")
+    _check_tree(split_every, len(keys))
     level = 0
     while len(keys) > 1:
         nxt = []
@@ -260,6 +264,7 @@ def tree_reduce(parts: list, combine: Callable, split_every: int = DEFAULT_SPLIT
     depth is ``⌈log_split_every(len(parts))⌉`` and no task has more than
     ``split_every`` dependencies.
     """
+    _check_tree(split_every, len(parts))
     if len(parts) == 1:
         return parts[0]
     layer_name = f"dqkm-{name}-{uuid.uuid4().hex[:12]}"
@@ -301,6 +306,11 @@ def map_blocks_reduce(
     blocks = _row_blocks(X)
     offsets = block_offsets(X.chunks[0])
     layer_name = f"dqkm-{name}-{uuid.uuid4().hex[:12]}"
+    for a in args:
+        if dask.is_dask_collection(a) and not isinstance(a, Delayed):
+            raise TypeError(f"map_blocks_reduce takes broadcast (Delayed) state or plain "
+                            f"constants as args; got a {type(a).__name__}. Wrap it with "
+                            "broadcast() after computing it.")
     states = [a for a in args if isinstance(a, Delayed)]
     # broadcast state by reference (one key), small constants inline, as delayed does
     task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
@@ -331,9 +341,13 @@ def map_rows(X: da.Array, func: Callable, *args, dtype, name: str = "rows") -> d
     ``X.map_blocks(func, drop_axis=1)`` would hand ``func`` a concatenation of
     the blocks along the dropped axis, i.e. a copy of every block (0.1 s per
     800 MB on each ``predict``); here each task gets the stored block itself.
-    ``args`` are small constants or :func:`broadcast` objects.
+    ``args`` are constants or :func:`broadcast` objects; a NumPy array above
+    1 MiB is broadcast (one key for all tasks, as ``map_blocks`` does), smaller
+    ones are embedded in each task.
     """
     _check_row_chunks(X)
+    args = [broadcast(a, f"{name}-arg") if isinstance(a, np.ndarray) and a.nbytes > 2**20
+            else a for a in args]
     extra = [a for arg in args for a in (arg, None)]
     return da.blockwise(_call_on_block, "i", X, "ij", func, None, *extra, concatenate=False,
                         dtype=dtype, meta=np.empty((0,), dtype=dtype),

@@ -5,7 +5,8 @@ import pytest
 from dask.core import get_dependencies
 
 import dqkm
-from dqkm.parallel.engine import broadcast, compute, map_blocks_reduce, map_rows, sum_partials
+from dqkm.parallel.engine import (broadcast, compute, map_blocks_reduce, map_rows, sum_partials,
+                                  tree_reduce)
 
 
 def _chunk(block, c):
@@ -127,5 +128,21 @@ def test_map_rows_aligns_with_row_chunks_and_takes_broadcast_state():
     out = map_rows(X, lambda b, w: b @ w, st, dtype=np.float64)
     assert out.chunks == ((7, 0, 13),) and out.dtype == np.float64
     np.testing.assert_array_equal(out.compute(), X.compute() @ [1.0, 10.0, 100.0])
+    # a large array argument is one key of the graph, not a copy in every task
+    W = np.ones((3, 100_000))
+    big = map_rows(X, lambda b, w: b @ w[:, 0], W, dtype=np.float64)
+    dsk = dict(big.__dask_graph__())
+    arg_keys = [k for k in dsk if isinstance(k, str) and k.startswith("dqkm-rows-arg")]
+    assert len(arg_keys) == 1 and len(dsk) == 3 + 3 + 1  # X's blocks, the tasks, W once
+    assert all(arg_keys[0] in dsk[(big.name, i)].dependencies for i in range(3))
+    np.testing.assert_array_equal(big.compute(), X.compute().sum(axis=1))
     with pytest.raises(ValueError, match=r"chunked along rows only.*rechunk\(\{1: -1\}\)"):
         map_rows(X.rechunk((20, 2)), lambda b: b[:, 0], dtype=np.float64)
+
+
+def test_map_blocks_reduce_rejects_lazy_array_args():
+    X = da.ones((10, 2), chunks=(5, 2))
+    with pytest.raises(TypeError, match="broadcast \\(Delayed\\) state or plain constants"):
+        map_blocks_reduce(X, _chunk, sum_partials, args=(da.ones(3),))
+    with pytest.raises(ValueError, match="split_every must be an int >= 2"):
+        tree_reduce([broadcast(1.0)], sum_partials, split_every=1)
