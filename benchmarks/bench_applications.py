@@ -8,7 +8,8 @@ run and the script prints ratios.  Run:
 
 Measured:
 * query throughput (queries / s, NumPy queries, threaded scheduler) of
-  ClusterIndex(KMeans), ClusterIndex(QKMeans) (n_probe = 1) and scikit-learn's
+  ClusterIndex(KMeans), ClusterIndex(QKMeans) (n_probe = 1, or each value of
+  ``--n-probes 1,2,3`` for a recall/throughput curve) and scikit-learn's
   brute-force ``NearestNeighbors`` (on a subset of the queries: it is slow),
   with recall@1 against the exact neighbour;
 * FactorNystroem ``transform`` time with K-means landmarks (dense K×D) and
@@ -83,6 +84,9 @@ def main(argv=None):
     p.add_argument("--qk-palm-iter-init", type=int, default=100)
     p.add_argument("--qk-init", default="hierarchical", choices=["hierarchical", "palm4msa"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-probes", default="1",
+                   help="comma-separated n_probe values for both indexes (recall/throughput "
+                        "trade-off; the ratio line compares n_probe = the first value)")
     a = p.parse_args(argv)
     n = a.n or (20_000 if a.quick else 100_000)
     k = a.k or (128 if a.quick else 512)
@@ -110,19 +114,24 @@ def main(argv=None):
     print(f"KMeans fit: {time.perf_counter() - t0:.1f} s ({km.n_iter_} iterations)")
     qk = fit_qkmeans(X, k, a)
 
+    probes = [int(v) for v in a.n_probes.split(",")]
     results = {}
     for name, model in (("KMeans", km), ("QKMeans", qk)):
         if model is None:
             continue
         idx = ClusterIndex(model).fit(X)
         t_pred, _ = best_time(lambda m=model: m.predict(Q))
-        t_q, (_, ind) = best_time(lambda i=idx: i.kneighbors(Q, 1))
-        recall = float(np.mean(ind[:nb, 0] == exact))
-        results[name] = (t_q, t_pred, recall)
         sizes = idx.cluster_sizes_.astype(np.float64)
         print(f"{name} index: largest cluster {int(sizes.max())} rows (mean {sizes.mean():.0f}); "
               f"rows scanned per query Σn_c²/n = {(sizes ** 2).sum() / sizes.sum():,.0f}")
-        rows.append((f"ClusterIndex({name})", nq / t_q, recall, model_flops(model)))
+        for n_probe in probes:
+            idx.set_params(n_probe=n_probe)
+            t_q, (_, ind) = best_time(lambda i=idx: i.kneighbors(Q, 1))
+            recall = float(np.mean(ind[:nb, 0] == exact))
+            if n_probe == probes[0]:
+                results[name] = (t_q, t_pred, recall)
+            label = f"ClusterIndex({name})" + (f", n_probe={n_probe}" if len(probes) > 1 else "")
+            rows.append((label, nq / t_q, recall, model_flops(model)))
     print()
     print("| method | queries / s | recall@1 | flops of the assignment |")
     print("|---|---|---|---|")
