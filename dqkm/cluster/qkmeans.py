@@ -30,6 +30,14 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None):
                                  fixed_left=fixed_left, adaptive_step=True)
 
 
+def _palm(A, constraints, *, n_iter, init=None, fixed_left=None):
+    """palm4MSA as QK-means runs it: the adaptive step (docs/ALGORITHMS.md)."""
+    from ..kernels import palm4msa
+
+    return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
+                    adaptive_step=True)
+
+
 def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left):
     """palm4MSA warm-started from ``init``, or hierarchical palm4MSA from
     scratch on the same weighted target when its exact error is lower.
@@ -38,10 +46,7 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left):
     safeguard), and the lower of the two errors is kept, so the QK-means
     objective stays non-increasing (journal, Proposition 1).
     """
-    from ..kernels import palm4msa
-
-    warm = palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
-                    adaptive_step=True)
+    warm = _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
     fresh = _hierarchical(A, constraints, n_iter=n_iter, fixed_left=fixed_left)
     return fresh if fresh.errors[-1] < warm.errors[-1] else warm
 
@@ -51,8 +56,6 @@ def _refit_solver(hierarchical_refits, start_iter):
     iterations ``1 … hierarchical_refits``, warm-started palm4MSA after.
     ``qkmeans`` calls it once per iteration, starting at ``start_iter + 1``
     (a resumed fit counts from where it stopped)."""
-    from ..kernels import palm4msa
-
     iteration = [start_iter]
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
@@ -60,8 +63,7 @@ def _refit_solver(hierarchical_refits, start_iter):
         if iteration[0] <= hierarchical_refits:
             return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
                                          fixed_left=fixed_left)
-        return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
-                        adaptive_step=True)
+        return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
 
     return solve
 
@@ -171,12 +173,10 @@ class QKMeans(KMeans):
         return n_factors
 
     def _factorize(self, centers, constraints):
-        from ..kernels import palm4msa
-
         A = np.asarray(centers, dtype=np.float64)
         if self.init_factorization == "hierarchical":
             return _hierarchical(A, constraints, n_iter=self.palm_iter_init).factors
-        return palm4msa(A, constraints, n_iter=self.palm_iter_init, adaptive_step=True).factors
+        return _palm(A, constraints, n_iter=self.palm_iter_init).factors
 
     def _check_extra_params(self, n_features):
         from ..kernels import default_constraints
