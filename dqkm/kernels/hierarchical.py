@@ -54,6 +54,7 @@ __all__ = ["hierarchical_palm4msa", "default_residual_constraints"]
 _SPLIT_LAM = 1e-3
 # the 2-factor splits keep every step at the bound c (palm4msa's adaptive step is off):
 # with it the Hadamard factorisation (tests) stalls at 25 % error; the global runs use it
+# when adaptive_step=True
 _ADAPTIVE_SPLIT = False
 
 
