@@ -49,7 +49,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .projections import _as_constraints, _check_int, default_constraints, default_shapes
+from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
+                          default_shapes)
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
@@ -238,12 +239,6 @@ def _check_fixed_left(fixed_left, K, owner):
     if not np.issubdtype(d.dtype, np.number) or not np.all(np.isfinite(d)):
         raise ValueError(f"The 'fixed_left' parameter of {owner} must hold finite real numbers.")
     return d.astype(np.float64)
-
-
-def _check_bool(value, name, owner):
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"The {name!r} parameter of {owner} must be a bool. Got {value!r} instead.")
-    return bool(value)
 
 
 def _check_tol_lam(tol, lam_init, owner):

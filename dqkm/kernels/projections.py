@@ -430,6 +430,12 @@ class Supp(_Projection):
 # --------------------------------------------------------------------------- layout
 
 
+def _check_bool(value, name, owner):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"The {name!r} parameter of {owner} must be a bool. Got {value!r} instead.")
+    return bool(value)
+
+
 def _check_int(value, name, owner, low, high=None):
     rng = f"[{low}, inf)" if high is None else f"[{low}, {high}]"
     if isinstance(value, bool) or not isinstance(value, Integral):
