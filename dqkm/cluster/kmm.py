@@ -25,6 +25,7 @@ __all__ = ["KMultipleMeans"]
 
 _INIT_OPTIONS = {"random", "k-means++"}
 _SOLVERS = {"fast", "svd"}
+_SVD_ALGORITHMS = {"auto", "dense", "arpack"}
 
 
 class KMultipleMeans(DqkmClusterer):
@@ -63,6 +64,14 @@ class KMultipleMeans(DqkmClusterer):
         uses the mean; see docs/ALGORITHMS.md).  The paper pairs it with
         ``n_prototypes='auto'``.
     solver : {'fast', 'svd'}, default='fast'
+    svd_algorithm : {'auto', 'dense', 'arpack'}, default='auto'
+        How ``solver='svd'`` computes the top-c singular vectors of S̃ at each
+        F update (ignored by 'fast').  'dense': a dense LAPACK SVD of the
+        n × m matrix, O(n·m²) time and 8·n·m bytes on the driver — the
+        original K-Multiple-Means, the baseline of the F-KMM paper.
+        'arpack': ARPACK on the sparse S̃.  'auto': dense while
+        n·m ≤ 4·10⁷, ARPACK above.  All three give the same F up to
+        rounding (hence, in practice, the same clusters).
     svd_rank : int or None, default=None
         d′ of the lower bound; None: ⌈log2 d⌉ (at least 1).
     max_iter : int, default=30
@@ -124,14 +133,16 @@ class KMultipleMeans(DqkmClusterer):
     """
 
     def __init__(self, n_clusters=2, *, n_prototypes=None, n_neighbors=5, init="random",
-                 detect_outliers=False, solver="fast", svd_rank=None, max_iter=30,
-                 max_inner_iter=30, random_state=None, persist="auto", split_every=None):
+                 detect_outliers=False, solver="fast", svd_algorithm="auto", svd_rank=None,
+                 max_iter=30, max_inner_iter=30, random_state=None, persist="auto",
+                 split_every=None):
         self.n_clusters = n_clusters
         self.n_prototypes = n_prototypes
         self.n_neighbors = n_neighbors
         self.init = init
         self.detect_outliers = detect_outliers
         self.solver = solver
+        self.svd_algorithm = svd_algorithm
         self.svd_rank = svd_rank
         self.max_iter = max_iter
         self.max_inner_iter = max_inner_iter
@@ -180,6 +191,9 @@ class KMultipleMeans(DqkmClusterer):
         if self.solver not in _SOLVERS:
             raise ValueError(f"The 'solver' parameter of {owner} must be one of "
                              f"{sorted(_SOLVERS)}. Got {self.solver!r} instead.")
+        if not isinstance(self.svd_algorithm, str) or self.svd_algorithm not in _SVD_ALGORITHMS:
+            raise ValueError(f"The 'svd_algorithm' parameter of {owner} must be one of "
+                             f"{sorted(_SVD_ALGORITHMS)}. Got {self.svd_algorithm!r} instead.")
         if not isinstance(self.detect_outliers, (bool, np.bool_)):
             raise TypeError(f"The 'detect_outliers' parameter of {owner} must be a bool. "
                             f"Got {self.detect_outliers!r} instead.")
@@ -295,7 +309,8 @@ class KMultipleMeans(DqkmClusterer):
 
         try:
             res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
-                      solver=self.solver, mu=mu, V=V, max_iter=self.max_iter,
+                      solver=self.solver, svd_algorithm=self.svd_algorithm, mu=mu, V=V,
+                      max_iter=self.max_iter,
                       max_inner_iter=self.max_inner_iter,
                       detect_outliers=bool(self.detect_outliers), split_every=self.split_every,
                       rng=rng, callback=callback,

@@ -48,7 +48,8 @@ from ..kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, Sp
                            can_weights, nearest_prototypes, project)
 from ..kernels.kmm_init import outlier_mask, outlier_threshold
 from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
-                                    merge_statistics, prototype_matrix, reference_svd)
+                                    SVD_ALGORITHMS, merge_statistics, prototype_matrix,
+                                    reference_svd)
 from ..kernels.lloyd import assign_labels
 from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
 
@@ -475,7 +476,8 @@ def _proto_side(A, mu, V, pruned):
 
 def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=None,
         max_iter=30, max_inner_iter=30, detect_outliers=False, split_every=None, rng=None,
-        dense_svd_max=40_000_000, callback=None, on_iteration=None, start=None):
+        dense_svd_max=40_000_000, svd_algorithm="auto", callback=None, on_iteration=None,
+        start=None):
     """K-Multiple-Means (``solver='svd'``) or F-KMM (``solver='fast'``) on a Dask array.
 
     Passes over X: one (β = 0, Algorithm 4 line 8), one more with
@@ -500,7 +502,11 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     rng : numpy.random.Generator
         Start vectors of the Lanczos / ARPACK solvers.
     dense_svd_max : int
-        The reference uses a dense SVD of S̃ while n·m is at most this.
+        With ``svd_algorithm='auto'`` the reference uses a dense SVD of S̃
+        while n·m is at most this, ARPACK above.
+    svd_algorithm : {'auto', 'dense', 'arpack'}
+        The reference's SVD of S̃ (:func:`~dqkm.kernels.kmm_spectral.reference_svd`);
+        unused by 'fast'.
     callback : callable, optional
         ``callback(record)`` after every outer iteration.
     on_iteration : callable, optional
@@ -516,6 +522,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     -------
     KMMResult
     """
+    if svd_algorithm not in SVD_ALGORITHMS:
+        raise ValueError(f"svd_algorithm must be one of {list(SVD_ALGORITHMS)}. "
+                         f"Got {svd_algorithm!r} instead.")
     rng = np.random.default_rng(0) if rng is None else rng
     c = int(n_clusters)
     ell = int(n_neighbors)
@@ -587,7 +596,8 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         inv_r = np.zeros_like(rowsum)
         inv_r[rowsum > 0] = 1.0 / np.sqrt(rowsum[rowsum > 0])
         S_t = sp.diags(inv_r) @ S @ sp.diags(inv_sqrt)
-        U, _, Vc = reference_svd(S_t, c, dense_max=dense_svd_max, rng=rng)
+        U, _, Vc = reference_svd(S_t, c, dense_max=dense_svd_max, rng=rng,
+                                 algorithm=svd_algorithm)
         G = _SQRT_HALF * Vc * inv_sqrt[:, None]
         return dict(kw, mode=MODE_FULL, Gmap=G), U, None
 

@@ -79,6 +79,21 @@ def test_fast_equals_svd_reference(name, seed):
     assert exact < total
 
 
+def test_reference_dense_and_arpack_svd_agree():
+    """svd_algorithm only changes how the reference computes F: the same clusters,
+    β trajectory and neighbour sets with the dense SVD (the original KMM) and ARPACK."""
+    X, _, c = _data("digits", 0)
+    kw = dict(solver="svd", random_state=0, max_iter=2)
+    dense = KMultipleMeans(c, svd_algorithm="dense", **kw).fit(X)
+    arp = KMultipleMeans(c, svd_algorithm="arpack", **kw).fit(X)
+    assert sum(h["f_updates"] for h in dense.history_) > 0  # F was computed (b < c steps)
+    assert _same_partition(dense.labels_, arp.labels_)
+    assert _betas(dense) == _betas(arp)
+    assert _components(dense) == _components(arp)
+    np.testing.assert_array_equal(np.sort(dense.similarity_[0], 1),
+                                  np.sort(arp.similarity_[0], 1))
+
+
 def test_eigen_solver_is_used_and_pruned_when_b_is_below_c():
     X, _, c = _data("digits", 0)
     est = KMultipleMeans(c, random_state=0, max_iter=2).fit(X)
@@ -256,6 +271,10 @@ def test_input_not_mutated():
      r"'n_neighbors' parameter of KMultipleMeans must be an int in the range \[1, 9\]\. Got 10"),
     (dict(n_clusters=2, n_neighbors=0), ValueError, r"'n_neighbors'"),
     (dict(n_clusters=2, solver="arpack"), ValueError, r"'solver' parameter .* \['fast', 'svd'\]"),
+    (dict(n_clusters=2, svd_algorithm="lapack"), ValueError,
+     r"'svd_algorithm' parameter of KMultipleMeans must be one of \['arpack', 'auto', "
+     r"'dense'\]\. Got 'lapack' instead"),
+    (dict(n_clusters=2, svd_algorithm=None), ValueError, r"'svd_algorithm' .* Got None"),
     (dict(n_clusters=2, init="kmeans"), ValueError, r"'init' parameter"),
     (dict(n_clusters=2, n_prototypes="many"), ValueError, r"'n_prototypes' parameter"),
     (dict(n_clusters=2, svd_rank=5), ValueError, r"'svd_rank' parameter .* \[1, 3\]"),

@@ -244,6 +244,16 @@ def test_lemma_4_1_svd_from_M():
     Ua, sa, Va = reference_svd(St, 5, dense_max=0)  # the ARPACK path
     np.testing.assert_allclose(sa, s, atol=1e-10)
     np.testing.assert_allclose(Ua @ Ua.T, U @ U.T, atol=1e-7)
+    for alg, dm in (("arpack", 10**12), ("dense", 0)):  # the algorithm overrides dense_max
+        Ub, sb, Vb = reference_svd(St, 5, dense_max=dm, algorithm=alg)
+        np.testing.assert_allclose(sb, s, atol=1e-10)
+        np.testing.assert_allclose(Vb @ Vb.T, V @ V.T, atol=1e-7)
+        assert np.isclose(sb, 1.0, atol=1e-10).sum() == 2  # σ = 1 once per component (b = 2)
+    Ud, sd, _ = reference_svd(St, 5, dense_max=0, algorithm="dense")
+    np.testing.assert_array_equal(sd, s)  # the same LAPACK call as below dense_max
+    with pytest.raises(ValueError, match=r"algorithm must be one of \['auto', 'dense', "
+                                         r"'arpack'\]\. Got 'svds' instead"):
+        reference_svd(St, 5, algorithm="svds")
 
 
 # --------------------------------------------------------------------------- seeding, outliers
