@@ -148,7 +148,8 @@ def run_case(name, K, a):
         for s in sps:
             qk, t = timed(lambda s=s: dqkm.QKMeans(
                 K, sparsity=s, init=init, init_factorization=method, palm_iter=pi,
-                palm_iter_init=pii, max_iter=max_iter, random_state=seed).fit(Xtr))
+                palm_iter_init=pii, max_iter=max_iter, hierarchical_refits=a.hierarchical_refits,
+                random_state=seed).fit(Xtr))
             f = qk.factors_
             ops[f"QK-means s={s}"] = (f.toarray().astype(np.float64), f.nnz, f.flops, t)
             f, t2 = timed(lambda s=s: factorize_centroids(km, s, method=method, n_iter=pii))
@@ -229,6 +230,10 @@ def main(argv=None):
     p.add_argument("--palm-iter-init", type=int, default=300,
                    help="palm4MSA iterations of the (hierarchical) init factorisation and of "
                         "K-means + palm4MSA")
+    p.add_argument("--hierarchical-refits", type=int, default=1,
+                   help="QKMeans(hierarchical_refits=...): Lloyd iterations that also refit "
+                        "the factors from scratch (default 1, dqkm's default; >= max-iter: every "
+                        "iteration)")
     p.add_argument("--blob-max-iter", type=int, default=10, help="preprint: 10")
     p.add_argument("--blob-palm-iter", type=int, default=10)
     p.add_argument("--blob-palm-iter-init", type=int, default=50)
@@ -239,7 +244,8 @@ def main(argv=None):
     print(f"dqkm reproduction: seeds 0..{a.seeds - 1}, sparsities {a.sparsities}, bundled data: "
           f"max_iter {a.max_iter}, palm_iter {a.palm_iter}, palm_iter_init {a.palm_iter_init} "
           f"(hierarchical); blobs: max_iter {a.blob_max_iter}, palm_iter {a.blob_palm_iter}, "
-          f"palm_iter_init {a.blob_palm_iter_init} (palm4MSA)", flush=True)
+          f"palm_iter_init {a.blob_palm_iter_init} (palm4MSA); QK-means hierarchical_refits "
+          f"{a.hierarchical_refits}", flush=True)
     t_all = time.perf_counter()
     for case in cases:
         name, K = case.split(":")

@@ -43,28 +43,32 @@ def test_objective_non_increasing_blobs(blobs):
     assert qk.factors_.shape == (16, 40) and qk.compression_ > 1
 
 
-def test_close_to_kmeans_and_to_posthoc_factorisation():
-    """Digits, K = 10, s = 5, k-means++ seeds shared by all methods (3 seeds).
+def test_close_to_kmeans_and_below_posthoc_factorisation():
+    """Digits, K = 10, s = 5, one k-means++ seed per run shared by K-means and
+    QK-means (3 seeds).
 
-    QK-means stays within 10 % of K-means (the issue's bound).  The journal's
-    Table 3 says QK-means is *lower* than K-means + palm4MSA; with dqkm's
-    hierarchical palm4MSA the post hoc factorisation is slightly better on
-    digits at the defaults (5 seeds, 2026-11-24: QK-means 1.0225×, post hoc
-    1.0144× K-means; with hierarchical_refits=10, palm_iter=300 QK-means is
-    1.0137×, lower on average but on 2 seeds of 5 only — see
-    docs/ALGORITHMS.md), so this asserts closeness (2 %), not the claim.
+    QK-means stays within 10 % of K-means (the issue's bound), and — refitting
+    in every iteration — ends below "K-means + palm4MSA" (the journal's
+    Table 3), on average and on each seed.  Measured on 5 seeds (2026-11-24,
+    QK-means ÷ K-means): post hoc 1.0100 1.0187 1.0181 1.0124 1.0127 (mean
+    1.0144); QK-means hierarchical_refits=max_iter 1.0116 1.0121 1.0096 1.0091
+    1.0128 (1.0110); at the defaults 1.0185.  On seed 0 QK-means is 0.16 %
+    above the post hoc factorisation, hence the per-seed 0.5 % slack.
     """
     X = load_digits().data
-    ratios_km, ratios_post = [], []
+    ratios_km, qk_obj, post_obj = [], [], []
     for seed in range(3):
         km = dqkm.KMeans(10, random_state=seed).fit(X)
-        qk = dqkm.QKMeans(10, sparsity=5, random_state=seed).fit(X)
+        qk = dqkm.QKMeans(10, sparsity=5, random_state=seed, hierarchical_refits=300).fit(X)
+        assert _monotone(qk.history_)
         V = factorize_centroids(km, sparsity=5).toarray()
-        post_obj = ((X[:, None, :] - V[None]) ** 2).sum(-1).min(1).sum()
+        post = ((X[:, None, :] - V[None]) ** 2).sum(-1).min(1).sum()
         ratios_km.append(qk.inertia_ / km.inertia_)
-        ratios_post.append(qk.inertia_ / post_obj)
+        qk_obj.append(qk.inertia_)
+        post_obj.append(post)
     assert max(ratios_km) <= 1.10
-    assert np.mean(ratios_post) <= 1.02
+    assert np.mean(qk_obj) < np.mean(post_obj)
+    assert all(q <= 1.005 * p for q, p in zip(qk_obj, post_obj))
 
 
 def test_hierarchical_refits_reach_the_issue_target():
@@ -104,7 +108,8 @@ def test_hierarchical_refits_only_in_the_first_iterations(digits, monkeypatch):
         calls.clear()
         dqkm.QKMeans(10, sparsity=3, init=init, max_iter=5, tol=0, palm_iter=5, palm_iter_init=5,
                      hierarchical_refits=refits).fit(X)
-        assert len(calls) == 1 + refits  # the init factorisation, then one per refit
+        # the init factorisation, then two per refit (weighted and plain targets)
+        assert len(calls) == 1 + 2 * refits
     # a fit resumed after iteration 2 with hierarchical_refits=3 refits
     # hierarchically in iteration 3 only
     from dqkm.cluster.qkmeans import _refit_solver
@@ -116,7 +121,7 @@ def test_hierarchical_refits_only_in_the_first_iterations(digits, monkeypatch):
     calls.clear()
     for _ in range(3):
         solve(init, cons, n_iter=5, init=start, fixed_left=np.ones(10))
-    assert len(calls) == 1
+    assert len(calls) == 2
 
 
 def test_warm_or_hierarchical_keeps_the_better_refit(digits):
@@ -135,14 +140,22 @@ def test_warm_or_hierarchical_keeps_the_better_refit(digits):
     U = np.array([X[labels == k].mean(0) if counts[k] else V0[k] for k in range(10)])
     w = np.sqrt(counts)
     A = w[:, None] * U
-    got = _warm_or_hierarchical(A, cons, n_iter=30, init=start, fixed_left=w)
+    got = _warm_or_hierarchical(A, cons, n_iter=30, init=start, fixed_left=w,
+                                n_iter_unweighted=40)
     # QK-means's palm4MSA settings: adaptive step, geometric residual rule
+    res = default_residual_constraints(cons, rule="geometric")
     warm = palm4msa(A, cons, n_iter=30, init=start, fixed_left=w, adaptive_step=True)
     fresh = hierarchical_palm4msa(A, cons, n_iter=30, fixed_left=w, adaptive_step=True,
-                                  residual_constraints=default_residual_constraints(
-                                      cons, rule="geometric"))
-    assert got.errors[-1] == min(warm.errors[-1], fresh.errors[-1])
+                                  residual_constraints=res)
+    plain = hierarchical_palm4msa(U, cons, n_iter=40, adaptive_step=True, residual_constraints=res)
+    polished = palm4msa(A, cons, n_iter=30, init=plain.factors, fixed_left=w, adaptive_step=True)
+    errors = [warm.errors[-1], fresh.errors[-1], polished.errors[-1]]
+    assert got.errors[-1] == min(errors)
     assert got.errors[-1] <= warm.errors[0]
+    # the polished candidate starts from the plain factors' weighted error
+    np.testing.assert_allclose(polished.errors[0],
+                               np.linalg.norm(A - w[:, None] * plain.factors.toarray()),
+                               rtol=1e-9)
 
 
 def test_predict_is_argmin_over_dense_factors(digits):
@@ -206,7 +219,8 @@ def test_save_load_and_checkpoint_resume(tmp_path, digits, refits, monkeypatch):
     monkeypatch.setattr(kernels, "hierarchical_palm4msa",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     resumed = dqkm.QKMeans(10, **kw).fit(X, checkpoint=tmp_path / "ck", resume=True)
-    assert len(calls) == max(refits - 4, 0)  # no init; iterations 5 … refits
+    # no init; two hierarchical runs in each of iterations 5 … refits
+    assert len(calls) == 2 * max(refits - 4, 0)
     np.testing.assert_array_equal(resumed.labels_, full.labels_)
     np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
 
