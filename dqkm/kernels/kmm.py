@@ -53,7 +53,6 @@ MODE_FULL = 3
 #: relative floating-point slack of the lower bound: a pair is pruned only when
 #: ``lb − LB_MARGIN·(‖x − μ‖² + ‖a − μ‖²) > current (l+1)-th distance``.
 LB_MARGIN = 1e-9
-_TILE = 128
 
 
 @dataclass(frozen=True)
@@ -150,17 +149,17 @@ def project(X, mu, V):
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
-def _sqdist(X, i, A, j):
-    """‖X[i] − A[j]‖² in float64.
+def _sqdist(xi, A, j):
+    """‖xi − A[j]‖² in float64 (``xi``: the row already in float64).
 
     Reassociation lets LLVM vectorise the sum.  The summation order is then
-    whatever the compiled loop does, so :func:`_neighbors_loop` calls this
+    whatever the compiled loop does, so :func:`_neighbors_kernel` calls this
     from exactly one place: both solvers run the same machine code and a pair
     computed by both gets the same bits.
     """
     s = 0.0
-    for k in range(X.shape[1]):
-        t = np.float64(X[i, k]) - A[j, k]
+    for k in range(xi.shape[0]):
+        t = xi[k] - A[j, k]
         s += t * t
     return s
 
@@ -183,43 +182,112 @@ def _insert(topD, topJ, topE, D, j, E):  # OUT topD, topJ, topE
     topE[k] = E
 
 
-@njit(cache=True, nogil=True)
-def _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, FG, f2, g2, out):  # OUT out
-    """β·D_F[i, j] for every prototype j (eqs. 11, 50, 56).
+@njit(cache=True, nogil=True, inline="always")
+def _row_dot(P, i, QT, out, lo, hi):  # OUT out[lo:hi]
+    """``out[j] = Σ_k P[i, k]·QT[k, j]`` for j in [lo, hi), summed in k order
+    (k outer, four at a time, so the j loop vectorises without reassociation:
+    every j gets the same bits whatever the range)."""
+    kk = P.shape[1]
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        out[j] = 0.0
+    k = 0
+    while k + 4 <= kk:
+        p0 = P[i, k]
+        p1 = P[i, k + 1]
+        p2 = P[i, k + 2]
+        p3 = P[i, k + 3]
+        for j in range(np.uint64(lo), np.uint64(hi)):
+            out[j] = out[j] + p0 * QT[k, j] + p1 * QT[k + 1, j] + p2 * QT[k + 2, j] \
+                + p3 * QT[k + 3, j]
+        k += 4
+    while k < kk:
+        p0 = P[i, k]
+        for j in range(np.uint64(lo), np.uint64(hi)):
+            out[j] = out[j] + p0 * QT[k, j]
+        k += 1
 
-    ``‖f − g‖²`` is taken as ``‖f‖² + ‖g‖² − 2 f·g`` with ``f·g`` from one GEMM
-    per tile (``FG``), clamped at 0.
+
+@njit(cache=True, nogil=True, inline="always")
+def _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, out, lo, hi):  # OUT out[lo:hi]
+    """β·D_F[i, j] for the prototypes j in [lo, hi) (eqs. 11, 50, 56).
+
+    ``‖f − g‖²`` is taken as ``‖f‖² + ‖g‖² − 2 f·g`` (``fg[j] = f·g_j``),
+    clamped at 0.  Element-wise (one loop per rule), so a prototype's value
+    does not depend on the range it is computed in.
     """
-    m = out.shape[0]
     if mode == 0:
-        for j in range(m):
+        for j in range(np.uint64(lo), np.uint64(hi)):
             out[j] = 0.0
-        return
-    ci = pcomp[i]
-    for j in range(m):
-        same = ci >= 0 and qcomp[j] == ci
-        if mode == 1:  # eq. (56)
-            v = 0.0 if same else 0.5 * (pinv[i] + qinv[j])
-        elif mode == 3 or same:  # eq. (11) on all columns / eq. (50), same component
-            v = max(f2[i] + g2[j] - 2.0 * FG[i, j], 0.0)
-        else:  # eq. (50), different components
-            v = 0.5 * (pinv[i] + qinv[j]) + f2[i] + g2[j]
-        out[j] = beta * v
+    elif mode == 1:  # eq. (56)
+        for j in range(np.uint64(lo), np.uint64(hi)):
+            same = ci >= 0 and qcomp[j] == ci
+            out[j] = beta * (0.0 if same else 0.5 * (pi + qinv[j]))
+    elif mode == 3:  # eq. (11) on all columns
+        for j in range(np.uint64(lo), np.uint64(hi)):
+            out[j] = beta * max(f2i + g2[j] - 2.0 * fg[j], 0.0)
+    else:  # eq. (50): same component / different components
+        for j in range(np.uint64(lo), np.uint64(hi)):
+            same = ci >= 0 and qcomp[j] == ci
+            v_same = max(f2i + g2[j] - 2.0 * fg[j], 0.0)
+            v_diff = 0.5 * (pi + qinv[j]) + f2i + g2[j]
+            out[j] = beta * (v_same if same else v_diff)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bounds_range(xtn_i, xperp_i, xa, atn, aperp, an2, dfv, margin, out, lo, hi):  # OUT out
+    """Lemma 4.10 lower bound (eq. 57) plus β·D_F, less the slack; branch-free."""
+    for j in range(np.uint64(lo), np.uint64(hi)):
+        t = xperp_i - aperp[j]
+        out[j] = xtn_i + atn[j] - 2.0 * xa[j] + t * t + dfv[j] - margin * an2[j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, dfv, xt, atT,
+                xa, xi, xp, atn, aperp, an2, margin, lbm, seedP, thr, cand, n_cand, lo,
+                hi):  # OUT fg, dfv, xa, lbm, cand
+    """β·D_F and the bounds for the positions [lo, hi); appends to ``cand`` (from
+    ``n_cand``) those, not seeds, whose bound is ≤ ``thr``; returns the new count."""
+    if hi <= lo:
+        return n_cand
+    if use_f:
+        _row_dot(F, i, GT, fg, lo, hi)
+    _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, dfv, lo, hi)
+    _row_dot(xt, i, atT, xa, lo, hi)
+    _bounds_range(xi, xp, xa, atn, aperp, an2, dfv, margin, lbm, lo, hi)
+    for k in range(seedP.shape[0]):  # seeds are computed already
+        if lo <= seedP[k] < hi:
+            lbm[seedP[k]] = np.nan  # NaN <= thr is False
+    for j in range(np.uint64(lo), np.uint64(hi)):  # branch-free list
+        cand[n_cand] = j
+        n_cand += lbm[j] <= thr
+    return n_cand
 
 
 @njit(cache=True, nogil=True)
-def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2,
-                    pruned, xa, xtn, atn, xperp, aperp, xn2, an2, margin, seeds,
-                    idx, dist, de):  # OUT idx, dist, de
-    n = X.shape[0]
+def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f2, g2,
+                      pruned, xt, atT, xtn, atn, xperp, aperp, xn2, an2, margin, seeds,
+                      perm, comp_lo, comp_hi, cross_min, idx, dist, de):  # OUT idx, dist, de
+    """Prototype arrays (A, qcomp, qinv, GT, g2, atT, atn, aperp, an2) are in the
+    order ``perm`` (``perm[p]`` = original index of position p); ties and the
+    output use the original indices; ``seeds`` are positions.  With
+    ``comp_lo.size > 0`` the prototypes of component k are the positions
+    [comp_lo[k], comp_hi[k]) and ``cross_min[k]`` bounds from below the
+    point-independent part of D_F to every prototype outside k."""
+    n, d = X.shape
     m = A.shape[0]
     L = idx.shape[1]
+    use_f = mode == 2 or mode == 3
+    grouped = comp_lo.shape[0] > 0
     topD = np.empty(L)
     topJ = np.empty(L, np.int64)
     topE = np.empty(L)
     seedD = np.empty(L)
     seedJ = np.empty(L, np.int64)
     seedE = np.empty(L)
+    seedP = np.empty(L, np.int64)
+    xi64 = np.empty(d)
+    xa = np.empty(m)
+    fg = np.empty(m)
     lbm = np.empty(m)
     dfv = np.empty(m)
     cand = np.empty(m, np.int64)
@@ -235,64 +303,118 @@ def _neighbors_loop(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, FG, f2, g2
             topD[k] = np.inf
             topJ[k] = m
             topE[k] = np.inf
-        _df_row(mode, beta, i, pcomp, pinv, qcomp, qinv, FG, f2, g2, dfv)
-        if pruned:
-            # Lemma 4.10 lower bound (Euclidean part from the tile GEMM), less the slack
-            for k in range(L):
-                seedD[k] = np.inf
-                seedJ[k] = m
-                seedE[k] = 0.0
-            xi = xtn[i] - margin * xn2[i]
-            pi = xperp[i]
-            for j in range(m):  # branch-free: vectorised
-                t = pi - aperp[j]
-                lbm[j] = xi + atn[j] - 2.0 * xa[i, j] + t * t + dfv[j] - margin * an2[j]
+        for k in range(d):
+            xi64[k] = X[i, k]
+        ci = pcomp[i]
+        pi = pinv[i]
+        f2i = f2[i]
+        xi = xtn[i] - margin * xn2[i]
+        xp = xperp[i]
+        # Which exact distances, in order (one call site for _sqdist below):
+        #   reference: every prototype;
+        #   pruned (Algorithm 3): l + 1 seeds (the given ones, else the l + 1
+        #   smallest bounds), then each prototype whose bound is <= the current
+        #   (l+1)-th D -- with components (grouped): the point's own component first,
+        #   then the others only if β·(the least D_F to them) does not exceed the
+        #   (l+1)-th D (dqkm's addition; D_E >= 0).
+        n_seed = 0
+        # stage of the list in cand: 0 = the given seeds (then the own component),
+        # 1 = the first pass's seeds (then all bounds), 2 = the own component (then the
+        # rest), 3 = the last list
+        if not pruned:
+            if use_f:
+                _row_dot(F, i, GT, fg, 0, m)
+            _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, dfv, 0, m)
+            for j in range(m):
+                cand[j] = j
+            n_cand = m
+            stage = 3
+        else:
             given = seeds.shape[1] == L
             if given:
                 for k in range(L):
                     if seeds[i, k] < 0 or seeds[i, k] >= m:
                         given = False
-            if given:  # e.g. the previous pass's neighbours: no selection scan
+            if given:  # e.g. the previous pass's neighbours: no scan of the m bounds
+                stage = 0
                 for k in range(L):
-                    seedJ[k] = seeds[i, k]
-            else:  # the l + 1 smallest bounds
+                    seedP[k] = seeds[i, k]
+            else:  # the l + 1 smallest bounds, from all m
+                stage = 1
+                for k in range(L):
+                    seedP[k] = m
+                _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2,
+                            dfv, xt, atT, xa, xi, xp, atn, aperp, an2, margin, lbm, seedP,
+                            -np.inf, cand, 0, 0, m)
+                for k in range(L):
+                    seedD[k] = np.inf
+                    seedJ[k] = m
+                    seedE[k] = 0.0
                 for j in range(m):
                     v = lbm[j]
                     if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
                         _insert(seedD, seedJ, seedE, v, j, 0.0)
-        # exact distances: every prototype (reference), or l + 1 seeds (the smallest
-        # bounds, or the given ones) first and then every prototype whose bound does
-        # not exceed the (l+1)-th of their distances (Algorithm 3).  One call site
-        # for the exact distance.
-        # The candidates are listed by a branch-free pass and all computed: re-testing
-        # each against the shrinking (l+1)-th distance skips some, but the
-        # mispredicted branch costs more than the distances it saves (d = 32:
-        # 0.19 s vs 0.15 s for 25 000 × 1 000 pairs).  Any superset of the pairs
-        # that can enter the top l+1 gives the same result.
-        n_cand = 0
-        for t in range(L + m if pruned else m):
-            if not pruned:
-                j = t
-            elif t < L:
-                j = seedJ[t]
-                if j >= m or lbm[j] != lbm[j]:  # no seed, or a repeated one
-                    continue
-                lbm[j] = np.nan  # done: never a candidate again (NaN <= thr is False)
-            else:
-                if t == L:
-                    thr = topD[L - 1]
+                for k in range(L):
+                    seedP[k] = seedJ[k]
+            for k in range(L):
+                j = seedP[k]
+                rep = j >= m
+                for kk in range(k):
+                    rep = rep or seedP[kk] == j
+                if not rep:  # a repeated seed is computed once
+                    if not given:
+                        lbm[j] = np.nan  # listed below from lbm: not again
+                    cand[n_seed] = j
+                    n_seed += 1
+                    if given:  # its D_F, by the same element-wise code as a range
+                        if use_f:
+                            _row_dot(F, i, GT, fg, j, j + 1)
+                        _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, dfv, j, j + 1)
+            n_cand = n_seed
+        lo = 0
+        hi = m
+        if grouped and ci >= 0:
+            lo = comp_lo[ci]
+            hi = comp_hi[ci]
+        t = 0
+        while True:
+            if t >= n_cand:  # the list is done: the next one, or stop
+                if stage == 3:
+                    break
+                thr = topD[L - 1]
+                n_cand = 0
+                t = 0
+                if stage == 1:  # bounds already computed for all m
                     for jj in range(m):
                         cand[n_cand] = jj
                         n_cand += lbm[jj] <= thr
-                if t - L >= n_cand:
-                    break
-                j = cand[t - L]
-            e = _sqdist(X, i, A, j)
+                    stage = 3
+                elif stage == 0:
+                    n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
+                                         qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
+                                         an2, margin, lbm, seedP, thr, cand, 0, lo, hi)
+                    stage = 2 if (lo > 0 or hi < m) else 3
+                else:  # the other components: skipped when β·D_F alone exceeds thr
+                    stage = 3
+                    cross = beta * (0.5 * pi + cross_min[ci] + (f2i if mode == 2 else 0.0))
+                    if cross * (1.0 - margin) > thr:
+                        break
+                    n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
+                                         qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
+                                         an2, margin, lbm, seedP, thr, cand, 0, 0, lo)
+                    n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
+                                         qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
+                                         an2, margin, lbm, seedP, thr, cand, n_cand, hi, m)
+                continue
+            p = cand[t]
+            j = perm[p]
+            e = _sqdist(xi64, A, p)
             n_exact += 1
-            D = e + dfv[j]
+            D = e + dfv[p]
             # the test of _insert, repeated here: calling it costs ~10x more
             if D < topD[L - 1] or (D == topD[L - 1] and j < topJ[L - 1]):
                 _insert(topD, topJ, topE, D, j, e)
+            t += 1
         for k in range(L):
             idx[i, k] = topJ[k] if topJ[k] < m else -1
             dist[i, k] = topD[k]
@@ -367,19 +489,44 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
                              f"Got {seeds.shape} instead.")
     else:
         seeds = np.zeros((n, 0), np.int64)
-    n_exact = 0
-    empty = np.zeros((0, m))
-    for r0 in range(0, n, _TILE):
-        r1 = min(r0 + _TILE, n)
-        # ‖x̃ − ã‖² = ‖x̃‖² + ‖ã‖² − 2 x̃·ã with one GEMM per tile; its rounding
-        # error (≲ 1e-15·(‖x − μ‖² + ‖a − μ‖²)) is far inside the margin
-        xa = xt[r0:r1] @ at.T if pruned else empty
-        FG = F[r0:r1] @ G.T if term.mode in (MODE_EXTRA, MODE_FULL) else empty
-        n_exact += _neighbors_loop(
-            X[r0:r1], A, skip[r0:r1], int(term.mode), float(term.beta), pcomp[r0:r1],
-            pinv[r0:r1], qcomp, qinv, np.ascontiguousarray(FG), f2[r0:r1], g2, bool(pruned),
-            np.ascontiguousarray(xa), xtn[r0:r1], atn, xperp[r0:r1], aperp, xn2[r0:r1], an2,
-            LB_MARGIN, seeds[r0:r1], idx[r0:r1], dist[r0:r1], de[r0:r1])
+    if term.mode not in (MODE_EXTRA, MODE_FULL):
+        F = np.zeros((n, 0))
+        G = np.zeros((m, 0))
+    # F-KMM with components (eqs. 50, 56): prototypes grouped by component, so a
+    # point's own component is one range and the others can be skipped at once
+    grouped = bool(pruned) and term.mode in (MODE_COMPONENTS, MODE_EXTRA) and m > 0
+    if grouped:
+        key = np.where(qcomp >= 0, qcomp, np.iinfo(np.int64).max)
+        perm = np.argsort(key, kind="stable").astype(np.int64)
+        n_comp = int(qcomp.max()) + 1 if (qcomp >= 0).any() else 0
+        sq = qcomp[perm]
+        comp_lo = np.searchsorted(sq, np.arange(n_comp), side="left").astype(np.int64)
+        comp_hi = np.searchsorted(sq, np.arange(n_comp), side="right").astype(np.int64)
+        # the least point-independent part of D_F to a prototype outside component k:
+        # ½·min 1/n_j (eq. 56) plus, for eq. (50), min ‖g_j‖²
+        cross_min = np.full(n_comp, np.inf)
+        for k in range(n_comp):
+            other = qcomp != k
+            if other.any():
+                cross_min[k] = 0.5 * qinv[other].min() + (
+                    g2[other].min() if term.mode == MODE_EXTRA else 0.0)
+        if seeds.shape[1]:
+            inv = np.empty(m, np.int64)
+            inv[perm] = np.arange(m)
+            seeds = np.where((seeds >= 0) & (seeds < m), inv[np.clip(seeds, 0, m - 1)], -1)
+    else:
+        perm = np.arange(m, dtype=np.int64)
+        comp_lo = comp_hi = np.zeros(0, np.int64)
+        cross_min = np.zeros(0)
+
+    def order(a):
+        return np.ascontiguousarray(a[perm]) if grouped else a
+
+    n_exact = _neighbors_kernel(
+        X, order(A), skip, int(term.mode), float(term.beta), pcomp, pinv, order(qcomp),
+        order(qinv), F, np.ascontiguousarray(order(G).T), f2, order(g2), bool(pruned), xt,
+        np.ascontiguousarray(order(at).T), xtn, order(atn), xperp, order(aperp), xn2, order(an2),
+        LB_MARGIN, seeds, perm, comp_lo, comp_hi, cross_min, idx, dist, de)
     return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
 
 

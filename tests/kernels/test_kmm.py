@@ -47,11 +47,10 @@ def _brute(X, A, term, L):
     DE = ((X[:, None, :] - A[None, :, :]) ** 2).sum(-1)
     n, m = DE.shape
     DF = np.zeros_like(DE)
+    same = (term.point_comp[:, None] >= 0) & (term.point_comp[:, None] == term.proto_comp[None, :])
     if term.mode == MODE_COMPONENTS:
-        same = term.point_comp[:, None] == term.proto_comp[None, :]
         DF = np.where(same, 0.0, 0.5 * (term.point_inv_n[:, None] + term.proto_inv_n[None, :]))
     elif term.mode == MODE_EXTRA:
-        same = term.point_comp[:, None] == term.proto_comp[None, :]
         full = ((term.point_f[:, None, :] - term.proto_g[None, :, :]) ** 2).sum(-1)
         cross = 0.5 * (term.point_inv_n[:, None] + term.proto_inv_n[None, :]) + \
             (term.point_f ** 2).sum(1)[:, None] + (term.proto_g ** 2).sum(1)[None, :]
@@ -130,6 +129,69 @@ def test_any_seeds_give_the_same_neighbours(mode):
     with pytest.raises(ValueError, match=r"seeds must have shape \(n_rows, n_neighbors \+ 1\) "
                                          r"= \(300, 6\)\. Got \(300, 5\)"):
         nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=good[:, :5])
+
+
+@pytest.mark.parametrize("mode", [MODE_COMPONENTS, MODE_EXTRA])
+@pytest.mark.parametrize("beta", [3.0, 3e3, 1e6])
+def test_other_components_skipped_only_when_exact(mode, beta):
+    """Seeded F-KMM passes scan the point's own component first and skip the others
+    when β·D_F to them alone exceeds the (l+1)-th D: the neighbours stay those of
+    the full scan, bit for bit (empty prototypes, points of no component and ties
+    included), and large β skips most of the other components' prototypes."""
+    rng = np.random.default_rng(11)
+    centers = rng.standard_normal((3, 12)) * 4
+    X = (centers[rng.integers(0, 3, 300)] + rng.standard_normal((300, 12))).astype(np.float32)
+    X[:2] = X[2]
+    A = X[rng.choice(300, 45, replace=False)].astype(np.float64)
+    A[5] = A[6]
+    term = _random_term(rng, len(X), len(A), mode, beta=beta, b=3)
+    qcomp = term.proto_comp.copy()
+    qinv = term.proto_inv_n.copy()
+    qcomp[[3, 17]] = -1  # prototypes with no point
+    qinv[[3, 17]] = 0.0
+    pcomp = term.point_comp.copy()
+    pcomp[::50] = -1  # points of no component: never skip
+    term = SpectralTerm(mode, beta, pcomp, term.point_inv_n, qcomp, qinv, term.point_f,
+                        term.proto_g)
+    mu, V = svd_basis(A, 3)
+    lb = project(X, mu, V) + project(A, mu, V)
+    exact = nearest_prototypes(X, A, 5, term)
+    first = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb)
+    for seeds in (first.indices, rng.integers(0, 45, first.indices.shape)):
+        res = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=seeds)
+        np.testing.assert_array_equal(res.indices, exact.indices)
+        np.testing.assert_array_equal(res.distances, exact.distances)
+        np.testing.assert_array_equal(res.exact_de, exact.exact_de)
+    ref_idx, ref_d = _brute(X, A, term, 6)
+    np.testing.assert_allclose(exact.distances, ref_d, rtol=1e-9, atol=1e-9)
+    if beta >= 1e6:  # the other two components are skipped for the points with one
+        seeded = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=first.indices)
+        assert seeded.n_exact < 0.5 * seeded.n_pairs
+
+
+def test_range_kernels_give_the_same_bits_for_any_range():
+    """β·D_F and the dot products are element-wise: a prototype's value is the same
+    computed alone (a seed) or within a range (a scan) — the rule that keeps a
+    pair's D independent of the seeds."""
+    from dqkm.kernels.kmm import _df_range, _row_dot
+    rng = np.random.default_rng(2)
+    m = 203
+    F = rng.standard_normal((4, 9))
+    GT = np.ascontiguousarray(rng.standard_normal((m, 9)).T)
+    qcomp = rng.integers(-1, 3, m)
+    qinv = rng.random(m)
+    g2 = (GT ** 2).sum(0)
+    for mode in (1, 2, 3):
+        full_fg, full_df = np.empty(m), np.empty(m)
+        _row_dot(F, 1, GT, full_fg, 0, m)
+        _df_range(mode, 7.5, 1, 0.3, 2.0, qcomp, qinv, full_fg, g2, full_df, 0, m)
+        one_fg, one_df = np.full(m, np.nan), np.full(m, np.nan)
+        for j in range(m):
+            _row_dot(F, 1, GT, one_fg, j, j + 1)
+            _df_range(mode, 7.5, 1, 0.3, 2.0, qcomp, qinv, one_fg, g2, one_df, j, j + 1)
+        np.testing.assert_array_equal(one_fg, full_fg)
+        np.testing.assert_array_equal(one_df, full_df)
+        np.testing.assert_allclose(full_fg, F[1] @ GT, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
