@@ -19,9 +19,13 @@ are broken by the lower prototype index (the order is the pair ``(D, j)``).
 
 ``solver='fast'`` computes the exact ``D_E`` only where the rank-d′ SVD lower
 bound of Lemma 4.10 (eq. 57), minus a floating-point margin, does not exceed the
-current (l+1)-th smallest distance (Algorithm 3); the reference computes every
-``D_E``.  Both use the same float64 routine for an exact distance, so a pair
-computed by both has bit-identical ``D_E``.
+current K-th smallest distance (Algorithm 3, with K ≥ l + 1 nearest kept for the
+next pass); it skips the prototypes of other components when β·D_F alone
+exceeds that distance, and a whole row when the previous pass's lower bound on
+``D_E`` outside the K kept prototypes exceeds their (l+1)-th distance (dqkm's
+additions, exact; docs/ALGORITHMS.md).  The reference computes every ``D_E``.
+Both use the same float64 routine for an exact distance, so a pair computed by
+both has bit-identical ``D_E``.
 
 All kernels are pure: inputs are never mutated; buffers written in place are
 marked ``# OUT``.
@@ -112,6 +116,12 @@ class NeighborResult:
         Number of exact D_E computed.
     n_pairs : int
         Number of (row, prototype) pairs considered (rows × m).
+    keep : ndarray of shape (n_rows, K), int32
+        ``K = n_keep`` prototypes containing the l + 1 nearest (the K nearest
+        when the row was scanned): the next pass's ``seeds``.
+    low : ndarray of shape (n_rows,), float64
+        A lower bound on D_E from the row to every prototype not in ``keep``
+        (−inf: none known); the next pass's ``bound``.
     """
 
     indices: np.ndarray
@@ -119,6 +129,8 @@ class NeighborResult:
     exact_de: np.ndarray
     n_exact: int
     n_pairs: int
+    keep: np.ndarray = None
+    low: np.ndarray = None
 
 
 def project(X, mu, V):
@@ -266,25 +278,29 @@ def _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, d
 @njit(cache=True, nogil=True)
 def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f2, g2,
                       pruned, xt, atT, xtn, atn, xperp, aperp, xn2, an2, margin, seeds,
-                      perm, comp_lo, comp_hi, cross_min, idx, dist, de):  # OUT idx, dist, de
+                      prev_low, perm, comp_lo, comp_hi, cross_min,
+                      idx, dist, de, keep, low):  # OUT idx, dist, de, keep, low
     """Prototype arrays (A, qcomp, qinv, GT, g2, atT, atn, aperp, an2) are in the
     order ``perm`` (``perm[p]`` = original index of position p); ties and the
-    output use the original indices; ``seeds`` are positions.  With
+    outputs use the original indices; ``seeds`` are positions.  With
     ``comp_lo.size > 0`` the prototypes of component k are the positions
     [comp_lo[k], comp_hi[k]) and ``cross_min[k]`` bounds from below the
-    point-independent part of D_F to every prototype outside k."""
+    point-independent part of D_F to every prototype outside k.  The K =
+    ``keep.shape[1]`` ≥ l + 1 nearest are found; ``low[i]`` bounds from below
+    D_E to every prototype outside ``keep[i]`` (−inf: unknown)."""
     n, d = X.shape
     m = A.shape[0]
     L = idx.shape[1]
+    K = keep.shape[1]
     use_f = mode == 2 or mode == 3
     grouped = comp_lo.shape[0] > 0
-    topD = np.empty(L)
-    topJ = np.empty(L, np.int64)
-    topE = np.empty(L)
-    seedD = np.empty(L)
-    seedJ = np.empty(L, np.int64)
-    seedE = np.empty(L)
-    seedP = np.empty(L, np.int64)
+    topD = np.empty(K)
+    topJ = np.empty(K, np.int64)
+    topE = np.empty(K)
+    seedD = np.empty(K)
+    seedJ = np.empty(K, np.int64)
+    seedE = np.empty(K)
+    seedP = np.empty(K, np.int64)
     xi64 = np.empty(d)
     xa = np.empty(m)
     fg = np.empty(m)
@@ -293,13 +309,16 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
     cand = np.empty(m, np.int64)
     n_exact = 0
     for i in range(n):
+        low[i] = -np.inf
         if skip[i]:
             for k in range(L):
                 idx[i, k] = -1
                 dist[i, k] = np.inf
                 de[i, k] = np.inf
+            for k in range(K):
+                keep[i, k] = -1
             continue
-        for k in range(L):
+        for k in range(K):
             topD[k] = np.inf
             topJ[k] = m
             topE[k] = np.inf
@@ -312,12 +331,14 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
         xp = xperp[i]
         # Which exact distances, in order (one call site for _sqdist below):
         #   reference: every prototype;
-        #   pruned (Algorithm 3): l + 1 seeds (the given ones, else the l + 1
-        #   smallest bounds), then each prototype whose bound is <= the current
-        #   (l+1)-th D -- with components (grouped): the point's own component first,
-        #   then the others only if β·(the least D_F to them) does not exceed the
-        #   (l+1)-th D (dqkm's addition; D_E >= 0).
+        #   pruned (Algorithm 3): K seeds (the given ones, else the K smallest
+        #   bounds); then nothing more if the previous pass's bound on D_E outside
+        #   the seeds exceeds their (l+1)-th D; else each prototype whose bound is
+        #   <= the current K-th D -- with components (grouped): the point's own
+        #   component first, then the others only if β·(the least D_F to them)
+        #   exceeds the K-th D (dqkm's additions; D_E >= 0, D_F >= 0).
         n_seed = 0
+        scanned_all = True
         # stage of the list in cand: 0 = the given seeds (then the own component),
         # 1 = the first pass's seeds (then all bounds), 2 = the own component (then the
         # rest), 3 = the last list
@@ -330,33 +351,33 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
             n_cand = m
             stage = 3
         else:
-            given = seeds.shape[1] == L
+            given = seeds.shape[1] == K
             if given:
-                for k in range(L):
+                for k in range(K):
                     if seeds[i, k] < 0 or seeds[i, k] >= m:
                         given = False
-            if given:  # e.g. the previous pass's neighbours: no scan of the m bounds
+            if given:  # e.g. the previous pass's K nearest: no scan of the m bounds
                 stage = 0
-                for k in range(L):
+                for k in range(K):
                     seedP[k] = seeds[i, k]
-            else:  # the l + 1 smallest bounds, from all m
+            else:  # the K smallest bounds, from all m
                 stage = 1
-                for k in range(L):
+                for k in range(K):
                     seedP[k] = m
                 _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2,
                             dfv, xt, atT, xa, xi, xp, atn, aperp, an2, margin, lbm, seedP,
                             -np.inf, cand, 0, 0, m)
-                for k in range(L):
+                for k in range(K):
                     seedD[k] = np.inf
                     seedJ[k] = m
                     seedE[k] = 0.0
                 for j in range(m):
                     v = lbm[j]
-                    if v < seedD[L - 1] or (v == seedD[L - 1] and j < seedJ[L - 1]):
+                    if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
                         _insert(seedD, seedJ, seedE, v, j, 0.0)
-                for k in range(L):
+                for k in range(K):
                     seedP[k] = seedJ[k]
-            for k in range(L):
+            for k in range(K):
                 j = seedP[k]
                 rep = j >= m
                 for kk in range(k):
@@ -377,11 +398,12 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
             lo = comp_lo[ci]
             hi = comp_hi[ci]
         t = 0
+        thr = -np.inf  # the threshold the current list was made with (seeds: none)
         while True:
             if t >= n_cand:  # the list is done: the next one, or stop
                 if stage == 3:
                     break
-                thr = topD[L - 1]
+                thr = topD[K - 1]
                 n_cand = 0
                 t = 0
                 if stage == 1:  # bounds already computed for all m
@@ -390,6 +412,12 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                         n_cand += lbm[jj] <= thr
                     stage = 3
                 elif stage == 0:
+                    if prev_low[i] * (1.0 - margin) > topD[L - 1]:
+                        # every other prototype has D >= D_E >= prev_low > the (l+1)-th D
+                        # of the seeds: the l + 1 nearest are among them; nothing to scan
+                        scanned_all = False
+                        low[i] = prev_low[i]
+                        break
                     n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
                                          qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
                                          an2, margin, lbm, seedP, thr, cand, 0, lo, hi)
@@ -398,6 +426,7 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                     stage = 3
                     cross = beta * (0.5 * pi + cross_min[ci] + (f2i if mode == 2 else 0.0))
                     if cross * (1.0 - margin) > thr:
+                        scanned_all = False
                         break
                     n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
                                          qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
@@ -406,24 +435,46 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                                          qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
                                          an2, margin, lbm, seedP, thr, cand, n_cand, hi, m)
                 continue
+            if pruned and t >= 32 and (t & (t - 1)) == 0 and topD[K - 1] < thr:
+                # the K-th D has dropped since the list was made: drop the candidates
+                # left whose bound now exceeds it (branch-free; any threshold >= the
+                # final K-th D is safe)
+                thr = topD[K - 1]
+                kept = t
+                for u in range(t, n_cand):
+                    cand[kept] = cand[u]
+                    kept += lbm[cand[u]] <= thr
+                n_cand = kept
+                if t >= n_cand:
+                    continue
             p = cand[t]
             j = perm[p]
             e = _sqdist(xi64, A, p)
             n_exact += 1
             D = e + dfv[p]
             # the test of _insert, repeated here: calling it costs ~10x more
-            if D < topD[L - 1] or (D == topD[L - 1] and j < topJ[L - 1]):
+            if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
                 _insert(topD, topJ, topE, D, j, e)
             t += 1
+        if pruned and scanned_all and topD[K - 1] < np.inf:
+            # every prototype outside the K nearest has D >= the K-th D, and
+            # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
+            mx = 0.0
+            for j in range(m):
+                mx = max(mx, dfv[j])
+            h = topD[K - 1]
+            low[i] = (h - mx) - margin * (abs(h) + mx)
         for k in range(L):
             idx[i, k] = topJ[k] if topJ[k] < m else -1
             dist[i, k] = topD[k]
             de[i, k] = topE[k]
+        for k in range(K):
+            keep[i, k] = topJ[k] if topJ[k] < m else -1
     return n_exact
 
 
 def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None,
-                       seeds=None):
+                       seeds=None, n_keep=None, bound=None, moved=0.0):
     """The ``l + 1`` nearest prototypes of every row under eq. (32).
 
     Parameters
@@ -441,12 +492,23 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         Algorithm 3: exact D_E only where the lower bound cannot prune.
     lb : tuple ``(xt, xperp, xn2, at, aperp, an2)``, required when pruned
         From :func:`project` for the rows and for the prototypes.
-    seeds : ndarray of shape (n_rows, l + 1), int, optional
+    seeds : ndarray of shape (n_rows, K), int, optional
         Used when pruned: prototypes whose exact distances are computed first
-        for each row (e.g. the previous pass's neighbours), in place of the
-        l + 1 smallest bounds; a row with an index outside [0, m) falls back to
+        for each row (e.g. the previous pass's ``keep``), in place of the K
+        smallest bounds; a row with an index outside [0, m) falls back to
         those.  The result does not depend on the seeds (only the number of
         exact distances does).
+    n_keep : int, optional
+        K, in [l + 1, m] (default l + 1): how many nearest prototypes a
+        scanned row keeps for the next pass (``keep``, ``low``).
+    bound : ndarray of shape (n_rows,), optional
+        Used with ``seeds``: the previous pass's ``low`` for exactly these
+        seeds, computed with prototypes that have since moved by at most
+        ``moved`` (Euclidean).  A row whose bound, so adjusted, exceeds the
+        (l+1)-th D of its seeds is not scanned: no other prototype can be
+        nearer.  Wrong bounds give wrong neighbours; None: every row scans.
+    moved : float
+        The largest Euclidean move of a prototype since ``bound`` was computed.
 
     Returns
     -------
@@ -472,6 +534,7 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
     idx = np.empty((n, L), np.int32)
     dist = np.empty((n, L))
     de = np.empty((n, L))
+    low = np.empty(n)
     if pruned:
         xt, xperp, xn2, at, aperp, an2 = (np.ascontiguousarray(a, dtype=np.float64) for a in lb)
         xtn = np.einsum("ij,ij->i", xt, xt)
@@ -481,14 +544,31 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         at = np.zeros((m, 0))
         xperp = xn2 = xtn = np.zeros(n)
         aperp = an2 = atn = np.zeros(m)
-    L_seeds = L if (pruned and seeds is not None) else 0
-    if L_seeds:
+    K = L if n_keep is None or not pruned else int(n_keep)
+    if not L <= K <= m:
+        raise ValueError(f"n_keep must be in [n_neighbors + 1, m] = [{L}, {m}]. Got {K}.")
+    if pruned and seeds is not None:
         seeds = np.ascontiguousarray(seeds, dtype=np.int64)
-        if seeds.shape != (n, L):
-            raise ValueError(f"seeds must have shape (n_rows, n_neighbors + 1) = ({n}, {L}). "
+        if seeds.shape != (n, K):
+            raise ValueError(f"seeds must have shape (n_rows, n_keep) = ({n}, {K}). "
                              f"Got {seeds.shape} instead.")
     else:
         seeds = np.zeros((n, 0), np.int64)
+    keep = np.empty((n, K), np.int64)
+    prev_low = np.full(n, -np.inf)
+    if pruned and seeds.shape[1] and bound is not None:
+        b = np.asarray(bound, dtype=np.float64)
+        if b.shape != (n,):
+            raise ValueError(f"bound must have shape (n_rows,) = ({n},). Got {b.shape}.")
+        moved = float(moved)
+        if not moved >= 0:
+            raise ValueError(f"moved must be a finite number >= 0. Got {moved}.")
+        if moved == 0:
+            prev_low = np.where(np.isnan(b), -np.inf, b)
+        else:  # ‖x − a′‖ ≥ ‖x − a‖ − ‖a′ − a‖ (triangle inequality), less the slack
+            with np.errstate(invalid="ignore"):
+                r = np.sqrt(np.maximum(b, 0.0)) * (1 - LB_MARGIN) - moved * (1 + LB_MARGIN)
+            prev_low = np.where((b > 0) & (r > 0), r * r * (1 - LB_MARGIN), -np.inf)
     if term.mode not in (MODE_EXTRA, MODE_FULL):
         F = np.zeros((n, 0))
         G = np.zeros((m, 0))
@@ -526,8 +606,9 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         X, order(A), skip, int(term.mode), float(term.beta), pcomp, pinv, order(qcomp),
         order(qinv), F, np.ascontiguousarray(order(G).T), f2, order(g2), bool(pruned), xt,
         np.ascontiguousarray(order(at).T), xtn, order(atn), xperp, order(aperp), xn2, order(an2),
-        LB_MARGIN, seeds, perm, comp_lo, comp_hi, cross_min, idx, dist, de)
-    return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m))
+        LB_MARGIN, seeds, prev_low, perm, comp_lo, comp_hi, cross_min, idx, dist, de, keep, low)
+    return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m),
+                          keep.astype(np.int32), low)
 
 
 def can_weights(distances):

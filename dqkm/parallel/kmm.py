@@ -12,7 +12,8 @@ The data side of F is never gathered by F-KMM: a chunk rebuilds its rows as
 ``u_i = Σ_j s̃_ij q_j / √λ`` (Lemma 4.1) from its own stored rows of S.
 
 Memory per worker: a few chunks of X plus, per chunk, l·(int32 + float64)
-per row for S and (F-KMM) d′ + 2 floats per row for the projections.
+per row for S and (F-KMM) d′ + 2 floats per row for the projections and
+K = l + 6 int32 + 1 float per row for the prototypes kept for the next pass.
 
 Checkpoints: ``kmm(..., on_iteration=...)`` hands over a :class:`KMMState`
 after every outer iteration (the driver state and the persisted per-chunk
@@ -59,6 +60,9 @@ __all__ = ["KMMResult", "KMMState", "describe_row_chunks", "kmm", "predict_label
            "prototype_distances", "read_rows", "write_rows"]
 
 _SQRT_HALF = np.sqrt(0.5)
+#: F-KMM keeps the K = l + 1 + this many nearest prototypes of every row for the next
+#: pass (its seeds, and the rows whose scan the bound on D_E outside them can skip)
+_EXTRA_KEPT = 5
 
 
 # --------------------------------------------------------------------------- chunk level
@@ -108,11 +112,16 @@ def _kmm_chunk(block, prev, U_block, state):
         skip = prev["skip"]
     term = _spectral_term(state, prev, U_block, n_rows)
     lb = (lb_rows + state["lb_protos"]) if pruned else None
-    # the previous pass's l + 1 neighbours seed the pruned search (same result, less work)
-    seeds = (np.concatenate([prev["idx"], prev["nxt"][:, None]], axis=1)
-             if pruned and prev is not None else None)
+    # the previous pass's K nearest seed the pruned search, and its bound on D_E
+    # outside them lets a row skip the scan (same result, less work)
+    m = state["A"].shape[0]
+    n_keep = min(ell + 1 + _EXTRA_KEPT, m) if pruned else None
+    seeds = bound = None
+    if pruned and prev is not None and prev.get("keep") is not None \
+            and prev["keep"].shape[1] == n_keep:
+        seeds, bound = prev["keep"], prev["low"]
     nb = nearest_prototypes(X, state["A"], ell, term, skip=skip, pruned=pruned, lb=lb,
-                            seeds=seeds)
+                            seeds=seeds, n_keep=n_keep, bound=bound, moved=state["moved"])
     dist, de, idx_all = nb.distances, nb.exact_de, nb.indices
     if prev is None and state["theta"] is not None:  # Algorithm 7
         skip = outlier_mask(de, state["theta"], ell)
@@ -145,7 +154,9 @@ def _kmm_chunk(block, prev, U_block, state):
         "bad": bad,
     }
     new = {"idx": idx, "w": W, "ref": ref, "skip": skip, "lb": lb_rows,
-           "nxt": np.ascontiguousarray(idx_all[:, ell])}
+           "nxt": np.ascontiguousarray(idx_all[:, ell]),
+           "keep": nb.keep if pruned else np.zeros((n_rows, 0), np.int32),
+           "low": nb.low if pruned else np.zeros(n_rows)}
     return new, part
 
 
@@ -186,7 +197,9 @@ def _labels_block(st, proto_comp):
     return np.where(first >= 0, proto_comp[np.maximum(first, 0)], -1).astype(np.int64)
 
 
-_ROW_FIELDS = ("idx", "w", "ref", "skip", "nxt")  # nxt: the (l+1)-th neighbour
+# nxt: the (l+1)-th neighbour; keep, low: the K nearest kept for the next pass and the
+# bound on D_E outside them (fast; empty for the reference)
+_ROW_FIELDS = ("idx", "w", "ref", "skip", "nxt", "keep", "low")
 _LB_FIELDS = ("lb_t", "lb_perp", "lb_norm2")  # the rows' rank-d′ projections (fast only)
 
 
@@ -209,6 +222,8 @@ def _read_rows_block(path):
     st = {k: np.asarray(group[k][...]) for k in _ROW_FIELDS if k in group}
     if "nxt" not in st:  # written before the field existed: the search seeds itself
         st["nxt"] = np.full(st["idx"].shape[0], -1, np.int32)
+    if "keep" not in st:  # the same: no seeds, no bound
+        st["keep"], st["low"] = None, None
     st["lb"] = (tuple(np.asarray(group[k][...]) for k in _LB_FIELDS)
                 if _LB_FIELDS[0] in group else None)
     return st
@@ -534,7 +549,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     passes = _Passes(X, split_every)
 
     def base_state(A, beta, mode, **kw):
-        st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V,
+        st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V, "moved": 0.0,
               "lb_protos": _proto_side(A, mu, V, pruned), "beta": float(beta), "mode": mode,
               "theta": None, "new_ref": False, "proto_comp": None, "inv_n": None,
               "Wmap": None, "Gmap": None}
@@ -601,12 +616,13 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         G = _SQRT_HALF * Vc * inv_sqrt[:, None]
         return dict(kw, mode=MODE_FULL, Gmap=G), U, None
 
-    def do_pass(A, beta, res, comps, new_ref):
+    def do_pass(A, beta, res, comps, new_ref, moved=0.0):
         t1 = time.perf_counter()
         kw, U, eig = spectral_state(res, comps)
         step["spectral_seconds"] += time.perf_counter() - t1
         step["f_updates"] += int(kw["mode"] != MODE_COMPONENTS)
-        new = passes.run(base_state(A, beta, kw.pop("mode"), new_ref=new_ref, **kw), U=U)
+        new = passes.run(base_state(A, beta, kw.pop("mode"), new_ref=new_ref, moved=moved, **kw),
+                         U=U)
         cc = components(new["stats"].sts, new["stats"].colsum)
         step["beta"].append(float(beta))
         step["n_components"].append(cc.n_components)
@@ -633,8 +649,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
             nz = st.colsum > 0
             new_A[nz] = st.stx[nz] / st.colsum[nz, None]  # eq. (14)
             shift = float(((new_A - A) ** 2).sum())
+            moved = float(np.sqrt(((new_A - A) ** 2).sum(axis=1)).max())
             A = new_A
-            res, comps = do_pass(A, beta, res, comps, True)
+            res, comps = do_pass(A, beta, res, comps, True, moved)
         inner = 0
         while comps.n_components != c and inner < max_inner_iter:
             beta = 2.0 * beta if comps.n_components < c else 0.5 * beta

@@ -1,5 +1,6 @@
 """Kernels of K-Multiple-Means / F-KMM against hand-worked cases, brute force and eigh."""
 
+import dataclasses
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -126,9 +127,57 @@ def test_any_seeds_give_the_same_neighbours(mode):
         np.testing.assert_array_equal(seeds, seeds0)
     assert nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=good).n_exact \
         <= base.n_exact
-    with pytest.raises(ValueError, match=r"seeds must have shape \(n_rows, n_neighbors \+ 1\) "
+    with pytest.raises(ValueError, match=r"seeds must have shape \(n_rows, n_keep\) "
                                          r"= \(300, 6\)\. Got \(300, 5\)"):
         nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, seeds=good[:, :5])
+
+
+@pytest.mark.parametrize("mode", [0, MODE_COMPONENTS, MODE_EXTRA])
+def test_previous_pass_bound_skips_scans_exactly(mode):
+    """keep/low of one pass let the next skip the scan of a row: ``low`` bounds
+    D_E to every prototype outside ``keep`` (checked against brute force), and
+    the next pass — β doubled, or the prototypes moved with ``moved`` — gives the
+    full scan's neighbours bit for bit while computing far fewer distances."""
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((5, 16)) * 5
+    X = (centers[rng.integers(0, 5, 400)] + rng.standard_normal((400, 16))).astype(np.float32)
+    X[:2] = X[2]
+    A = X[rng.choice(400, 60, replace=False)].astype(np.float64)
+    A[4] = A[9]
+    term = (SpectralTerm.none(len(X), len(A)) if mode == 0
+            else _random_term(rng, len(X), len(A), mode, beta=0.5, b=1))
+    mu, V = svd_basis(A, 4)
+    lb = project(X, mu, V) + project(A, mu, V)
+    K = 11
+    first = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=K)
+    DE = ((X.astype(np.float64)[:, None, :] - A[None]) ** 2).sum(-1)
+    scanned = np.isfinite(first.low)
+    assert scanned.all()
+    for i in range(len(X)):
+        out = np.setdiff1d(np.arange(len(A)), first.keep[i])
+        assert DE[i, out].min() >= first.low[i] * (1 - 1e-9)
+    np.testing.assert_array_equal(first.keep[:, :6], first.indices)
+    term2 = dataclasses.replace(term, beta=2 * term.beta)
+    A2 = A + 0.01 * rng.standard_normal(A.shape)
+    moved = float(np.sqrt(((A2 - A) ** 2).sum(1)).max())
+    lb2 = project(X, mu, V) + project(A2, mu, V)
+    for t, B, lbB, mv in ((term2, A, lb, 0.0), (term, A2, lb2, moved)):
+        full = nearest_prototypes(X, B, 5, t)
+        res = nearest_prototypes(X, B, 5, t, pruned=True, lb=lbB, n_keep=K, seeds=first.keep,
+                                 bound=first.low, moved=mv)
+        np.testing.assert_array_equal(res.indices, full.indices)
+        np.testing.assert_array_equal(res.distances, full.distances)
+        np.testing.assert_array_equal(res.exact_de, full.exact_de)
+        plain = nearest_prototypes(X, B, 5, t, pruned=True, lb=lbB, n_keep=K, seeds=first.keep)
+        assert res.n_exact < plain.n_exact
+        if mv == 0:  # most rows were not scanned: they keep their seeds and bound
+            same = res.low == first.low
+            assert same.mean() > 0.5
+            np.testing.assert_array_equal(np.sort(res.keep[same], 1),
+                                          np.sort(first.keep[same], 1))
+    with pytest.raises(ValueError, match=r"n_keep must be in \[n_neighbors \+ 1, m\] = "
+                                         r"\[6, 60\]\. Got 61"):
+        nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=61)
 
 
 @pytest.mark.parametrize("mode", [MODE_COMPONENTS, MODE_EXTRA])
