@@ -220,10 +220,10 @@ def _read_rows_block(path):
     """One chunk's per-row state back from :func:`_write_rows_block`'s group."""
     group = zarr.open_group(path, mode="r")
     st = {k: np.asarray(group[k][...]) for k in _ROW_FIELDS if k in group}
-    if "nxt" not in st:  # written before the field existed: the search seeds itself
+    if "keep" not in st or "nxt" not in st:  # written before these fields existed
+        st["keep"], st["low"] = None, None  # (keep came after nxt): the search seeds itself
+    if "nxt" not in st:
         st["nxt"] = np.full(st["idx"].shape[0], -1, np.int32)
-    if "keep" not in st:  # the same: no seeds, no bound
-        st["keep"], st["low"] = None, None
     st["lb"] = (tuple(np.asarray(group[k][...]) for k in _LB_FIELDS)
                 if _LB_FIELDS[0] in group else None)
     return st
