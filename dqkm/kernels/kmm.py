@@ -278,7 +278,7 @@ def _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, d
 @njit(cache=True, nogil=True)
 def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f2, g2,
                       pruned, xt, atT, xtn, atn, xperp, aperp, xn2, an2, margin, seeds,
-                      prev_low, perm, comp_lo, comp_hi, cross_min,
+                      prev_low, mv_order, mv_delta, perm, comp_lo, comp_hi, cross_min,
                       idx, dist, de, keep, low):  # OUT idx, dist, de, keep, low
     """Prototype arrays (A, qcomp, qinv, GT, g2, atT, atn, aperp, an2) are in the
     order ``perm`` (``perm[p]`` = original index of position p); ties and the
@@ -287,7 +287,9 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
     [comp_lo[k], comp_hi[k]) and ``cross_min[k]`` bounds from below the
     point-independent part of D_F to every prototype outside k.  The K =
     ``keep.shape[1]`` ≥ l + 1 nearest are found; ``low[i]`` bounds from below
-    D_E to every prototype outside ``keep[i]`` (−inf: unknown)."""
+    D_E to every prototype outside ``keep[i]`` (−inf: unknown).  ``prev_low``
+    is the previous pass's ``low`` for the seeds, before the prototypes moved
+    by ``mv_delta`` (descending; ``mv_order``: their positions)."""
     n, d = X.shape
     m = A.shape[0]
     L = idx.shape[1]
@@ -399,6 +401,8 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
             hi = comp_hi[ci]
         t = 0
         thr = -np.inf  # the threshold the current list was made with (seeds: none)
+        track = np.inf  # rows not scanned: their bound on D_E outside the kept ones
+        no_scan = False
         while True:
             if t >= n_cand:  # the list is done: the next one, or stop
                 if stage == 3:
@@ -412,12 +416,39 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                         n_cand += lbm[jj] <= thr
                     stage = 3
                 elif stage == 0:
-                    if prev_low[i] * (1.0 - margin) > topD[L - 1]:
-                        # every other prototype has D >= D_E >= prev_low > the (l+1)-th D
-                        # of the seeds: the l + 1 nearest are among them; nothing to scan
-                        scanned_all = False
-                        low[i] = prev_low[i]
-                        break
+                    # previous bound: every other prototype had D_E >= E; moved by δ_j it
+                    # has √D_E >= √E − δ_j, so it can only be among the l + 1 nearest
+                    # (D >= D_E <= the (l+1)-th D of the seeds) if δ_j >= √E − √thr_L:
+                    # only those "movers" need a distance, and no scan
+                    E = prev_low[i]
+                    thr_l = topD[L - 1]
+                    if E > 0.0 and E < np.inf and thr_l < np.inf:
+                        g = np.sqrt(E) * (1.0 - margin) - np.sqrt(thr_l) * (1.0 + margin)
+                        if g > 0.0:
+                            n_mv = 0
+                            while n_mv < m and mv_delta[n_mv] * (1.0 + margin) >= g:
+                                n_mv += 1
+                            if 4 * n_mv <= m:
+                                d_rest = mv_delta[n_mv] * (1.0 + margin) if n_mv < m else 0.0
+                                r = np.sqrt(E) * (1.0 - margin) - d_rest
+                                track = r * r * (1.0 - margin)  # bound for the non-movers
+                                scanned_all = False
+                                no_scan = True
+                                stage = 3
+                                thr = -np.inf  # no bounds for this list: no re-filter
+                                for u in range(n_mv):
+                                    q = mv_order[u]
+                                    rep = False
+                                    for kk in range(K):
+                                        rep = rep or seedP[kk] == q
+                                    if not rep:
+                                        if use_f:
+                                            _row_dot(F, i, GT, fg, q, q + 1)
+                                        _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg,
+                                                  g2, dfv, q, q + 1)
+                                        cand[n_cand] = q
+                                        n_cand += 1
+                                continue
                     n_cand = _list_range(i, F, GT, use_f, mode, beta, ci, pi, f2i, qcomp,
                                          qinv, fg, g2, dfv, xt, atT, xa, xi, xp, atn, aperp,
                                          an2, margin, lbm, seedP, thr, cand, 0, lo, hi)
@@ -454,8 +485,14 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
             D = e + dfv[p]
             # the test of _insert, repeated here: calling it costs ~10x more
             if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
+                if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
+                    track = min(track, topE[K - 1] * (1.0 - margin))
                 _insert(topD, topJ, topE, D, j, e)
+            else:
+                track = min(track, e * (1.0 - margin))
             t += 1
+        if no_scan:
+            low[i] = track
         if pruned and scanned_all and topD[K - 1] < np.inf:
             # every prototype outside the K nearest has D >= the K-th D, and
             # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
@@ -474,7 +511,7 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
 
 
 def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None,
-                       seeds=None, n_keep=None, bound=None, moved=0.0):
+                       seeds=None, n_keep=None, bound=None, moves=None):
     """The ``l + 1`` nearest prototypes of every row under eq. (32).
 
     Parameters
@@ -503,12 +540,13 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         scanned row keeps for the next pass (``keep``, ``low``).
     bound : ndarray of shape (n_rows,), optional
         Used with ``seeds``: the previous pass's ``low`` for exactly these
-        seeds, computed with prototypes that have since moved by at most
-        ``moved`` (Euclidean).  A row whose bound, so adjusted, exceeds the
-        (l+1)-th D of its seeds is not scanned: no other prototype can be
-        nearer.  Wrong bounds give wrong neighbours; None: every row scans.
-    moved : float
-        The largest Euclidean move of a prototype since ``bound`` was computed.
+        seeds, computed with the prototypes before they moved by ``moves``.
+        A row is then not scanned: only the prototypes that moved enough to
+        possibly come within its seeds' (l+1)-th D get a distance (none when
+        nothing moved).  Wrong bounds give wrong neighbours; None: every row
+        scans.
+    moves : ndarray of shape (m,), optional
+        Euclidean move of each prototype since ``bound`` was computed (None: 0).
 
     Returns
     -------
@@ -556,19 +594,15 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
         seeds = np.zeros((n, 0), np.int64)
     keep = np.empty((n, K), np.int64)
     prev_low = np.full(n, -np.inf)
+    moves = np.zeros(m) if moves is None else np.asarray(moves, dtype=np.float64)
+    if moves.shape != (m,) or not (np.isfinite(moves).all() and (moves >= 0).all()):
+        raise ValueError(f"moves must be {m} finite numbers >= 0 (one per prototype). "
+                         f"Got shape {moves.shape}.")
     if pruned and seeds.shape[1] and bound is not None:
         b = np.asarray(bound, dtype=np.float64)
         if b.shape != (n,):
             raise ValueError(f"bound must have shape (n_rows,) = ({n},). Got {b.shape}.")
-        moved = float(moved)
-        if not moved >= 0:
-            raise ValueError(f"moved must be a finite number >= 0. Got {moved}.")
-        if moved == 0:
-            prev_low = np.where(np.isnan(b), -np.inf, b)
-        else:  # ‖x − a′‖ ≥ ‖x − a‖ − ‖a′ − a‖ (triangle inequality), less the slack
-            with np.errstate(invalid="ignore"):
-                r = np.sqrt(np.maximum(b, 0.0)) * (1 - LB_MARGIN) - moved * (1 + LB_MARGIN)
-            prev_low = np.where((b > 0) & (r > 0), r * r * (1 - LB_MARGIN), -np.inf)
+        prev_low = np.where(np.isnan(b), -np.inf, b)
     if term.mode not in (MODE_EXTRA, MODE_FULL):
         F = np.zeros((n, 0))
         G = np.zeros((m, 0))
@@ -602,11 +636,15 @@ def nearest_prototypes(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=N
     def order(a):
         return np.ascontiguousarray(a[perm]) if grouped else a
 
+    mv = order(moves)
+    mv_order = np.argsort(-mv, kind="stable").astype(np.int64)
+    mv_delta = np.ascontiguousarray(mv[mv_order])
+
     n_exact = _neighbors_kernel(
         X, order(A), skip, int(term.mode), float(term.beta), pcomp, pinv, order(qcomp),
         order(qinv), F, np.ascontiguousarray(order(G).T), f2, order(g2), bool(pruned), xt,
         np.ascontiguousarray(order(at).T), xtn, order(atn), xperp, order(aperp), xn2, order(an2),
-        LB_MARGIN, seeds, prev_low, perm, comp_lo, comp_hi, cross_min, idx, dist, de, keep, low)
+        LB_MARGIN, seeds, prev_low, mv_order, mv_delta, perm, comp_lo, comp_hi, cross_min, idx, dist, de, keep, low)
     return NeighborResult(idx, dist, de, int(n_exact), int((n - int(skip.sum())) * m),
                           keep.astype(np.int32), low)
 

@@ -121,7 +121,7 @@ def _kmm_chunk(block, prev, U_block, state):
             and prev["keep"].shape[1] == n_keep:
         seeds, bound = prev["keep"], prev["low"]
     nb = nearest_prototypes(X, state["A"], ell, term, skip=skip, pruned=pruned, lb=lb,
-                            seeds=seeds, n_keep=n_keep, bound=bound, moved=state["moved"])
+                            seeds=seeds, n_keep=n_keep, bound=bound, moves=state["moves"])
     dist, de, idx_all = nb.distances, nb.exact_de, nb.indices
     if prev is None and state["theta"] is not None:  # Algorithm 7
         skip = outlier_mask(de, state["theta"], ell)
@@ -549,7 +549,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     passes = _Passes(X, split_every)
 
     def base_state(A, beta, mode, **kw):
-        st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V, "moved": 0.0,
+        st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V, "moves": None,
               "lb_protos": _proto_side(A, mu, V, pruned), "beta": float(beta), "mode": mode,
               "theta": None, "new_ref": False, "proto_comp": None, "inv_n": None,
               "Wmap": None, "Gmap": None}
@@ -616,12 +616,12 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
         G = _SQRT_HALF * Vc * inv_sqrt[:, None]
         return dict(kw, mode=MODE_FULL, Gmap=G), U, None
 
-    def do_pass(A, beta, res, comps, new_ref, moved=0.0):
+    def do_pass(A, beta, res, comps, new_ref, moves=None):
         t1 = time.perf_counter()
         kw, U, eig = spectral_state(res, comps)
         step["spectral_seconds"] += time.perf_counter() - t1
         step["f_updates"] += int(kw["mode"] != MODE_COMPONENTS)
-        new = passes.run(base_state(A, beta, kw.pop("mode"), new_ref=new_ref, moved=moved, **kw),
+        new = passes.run(base_state(A, beta, kw.pop("mode"), new_ref=new_ref, moves=moves, **kw),
                          U=U)
         cc = components(new["stats"].sts, new["stats"].colsum)
         step["beta"].append(float(beta))
@@ -649,9 +649,9 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
             nz = st.colsum > 0
             new_A[nz] = st.stx[nz] / st.colsum[nz, None]  # eq. (14)
             shift = float(((new_A - A) ** 2).sum())
-            moved = float(np.sqrt(((new_A - A) ** 2).sum(axis=1)).max())
+            moves = np.sqrt(((new_A - A) ** 2).sum(axis=1))
             A = new_A
-            res, comps = do_pass(A, beta, res, comps, True, moved)
+            res, comps = do_pass(A, beta, res, comps, True, moves)
         inner = 0
         while comps.n_components != c and inner < max_inner_iter:
             beta = 2.0 * beta if comps.n_components < c else 0.5 * beta

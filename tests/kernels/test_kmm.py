@@ -158,23 +158,32 @@ def test_previous_pass_bound_skips_scans_exactly(mode):
         assert DE[i, out].min() >= first.low[i] * (1 - 1e-9)
     np.testing.assert_array_equal(first.keep[:, :6], first.indices)
     term2 = dataclasses.replace(term, beta=2 * term.beta)
-    A2 = A + 0.01 * rng.standard_normal(A.shape)
-    moved = float(np.sqrt(((A2 - A) ** 2).sum(1)).max())
-    lb2 = project(X, mu, V) + project(A2, mu, V)
-    for t, B, lbB, mv in ((term2, A, lb, 0.0), (term, A2, lb2, moved)):
+    A2 = A + 0.01 * rng.standard_normal(A.shape)  # every prototype moves a little
+    A3 = A.copy()
+    A3[[3, 20, 41]] += 3.0 * rng.standard_normal((3, 16))  # a few move far
+    cases = [(term2, A, None), (term, A2, None), (term, A3, None)]
+    for t, B, _ in cases:
+        mv = np.sqrt(((B - A) ** 2).sum(1))
+        lbB = project(X, mu, V) + project(B, mu, V)
         full = nearest_prototypes(X, B, 5, t)
         res = nearest_prototypes(X, B, 5, t, pruned=True, lb=lbB, n_keep=K, seeds=first.keep,
-                                 bound=first.low, moved=mv)
+                                 bound=first.low, moves=mv)
         np.testing.assert_array_equal(res.indices, full.indices)
         np.testing.assert_array_equal(res.distances, full.distances)
         np.testing.assert_array_equal(res.exact_de, full.exact_de)
         plain = nearest_prototypes(X, B, 5, t, pruned=True, lb=lbB, n_keep=K, seeds=first.keep)
-        assert res.n_exact < plain.n_exact
-        if mv == 0:  # most rows were not scanned: they keep their seeds and bound
-            same = res.low == first.low
-            assert same.mean() > 0.5
-            np.testing.assert_array_equal(np.sort(res.keep[same], 1),
-                                          np.sort(first.keep[same], 1))
+        assert res.n_exact < plain.n_exact  # rows not scanned
+        DEB = ((X.astype(np.float64)[:, None, :] - B[None]) ** 2).sum(-1)
+        for i in range(len(X)):  # the new bound holds for the moved prototypes
+            out = np.setdiff1d(np.arange(len(A)), res.keep[i])
+            assert DEB[i, out].min() >= res.low[i] * (1 - 1e-9)
+        # two passes on: the bound carried by rows not scanned still gives exact results
+        again = nearest_prototypes(X, B, 5, term2, pruned=True, lb=lbB, n_keep=K,
+                                   seeds=res.keep, bound=res.low)
+        np.testing.assert_array_equal(again.indices, nearest_prototypes(X, B, 5, term2).indices)
+    with pytest.raises(ValueError, match=r"moves must be 60 finite numbers >= 0"):
+        nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=K, seeds=first.keep,
+                           bound=first.low, moves=-np.ones(60))
     with pytest.raises(ValueError, match=r"n_keep must be in \[n_neighbors \+ 1, m\] = "
                                          r"\[6, 60\]\. Got 61"):
         nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=61)
