@@ -246,6 +246,38 @@ def _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, out, lo, hi):  # OUT
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _dot_one(P, i, QT, j):
+    """``Σ_k P[i, k]·QT[k, j]`` for one j, in the order of :func:`_row_dot`
+    (same operations, so the same bits)."""
+    kk = P.shape[1]
+    s = 0.0
+    k = 0
+    while k + 4 <= kk:
+        s = s + P[i, k] * QT[k, j] + P[i, k + 1] * QT[k + 1, j] + P[i, k + 2] * QT[k + 2, j] \
+            + P[i, k + 3] * QT[k + 3, j]
+        k += 4
+    while k < kk:
+        s = s + P[i, k] * QT[k, j]
+        k += 1
+    return s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _df_one(mode, beta, ci, pi, f2i, qcomp, qinv, fgj, g2, j):
+    """β·D_F[i, j] for one prototype: the expressions of :func:`_df_range`."""
+    if mode == 0:
+        return 0.0
+    same = ci >= 0 and qcomp[j] == ci
+    if mode == 1:
+        return beta * (0.0 if same else 0.5 * (pi + qinv[j]))
+    if mode == 3:
+        return beta * max(f2i + g2[j] - 2.0 * fgj, 0.0)
+    v_same = max(f2i + g2[j] - 2.0 * fgj, 0.0)
+    v_diff = 0.5 * (pi + qinv[j]) + f2i + g2[j]
+    return beta * (v_same if same else v_diff)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _bounds_range(xtn_i, xperp_i, xa, atn, aperp, an2, dfv, margin, out, lo, hi):  # OUT out
     """Lemma 4.10 lower bound (eq. 57) plus β·D_F, less the slack; branch-free."""
     for j in range(np.uint64(lo), np.uint64(hi)):
@@ -389,10 +421,9 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                         lbm[j] = np.nan  # listed below from lbm: not again
                     cand[n_seed] = j
                     n_seed += 1
-                    if given:  # its D_F, by the same element-wise code as a range
-                        if use_f:
-                            _row_dot(F, i, GT, fg, j, j + 1)
-                        _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg, g2, dfv, j, j + 1)
+                    if given:  # its D_F: the same operations as a range (same bits)
+                        fgj = _dot_one(F, i, GT, j) if use_f else 0.0
+                        dfv[j] = _df_one(mode, beta, ci, pi, f2i, qcomp, qinv, fgj, g2, j)
             n_cand = n_seed
         lo = 0
         hi = m
@@ -442,10 +473,9 @@ def _neighbors_kernel(X, A, skip, mode, beta, pcomp, pinv, qcomp, qinv, F, GT, f
                                     for kk in range(K):
                                         rep = rep or seedP[kk] == q
                                     if not rep:
-                                        if use_f:
-                                            _row_dot(F, i, GT, fg, q, q + 1)
-                                        _df_range(mode, beta, ci, pi, f2i, qcomp, qinv, fg,
-                                                  g2, dfv, q, q + 1)
+                                        fgj = _dot_one(F, i, GT, q) if use_f else 0.0
+                                        dfv[q] = _df_one(mode, beta, ci, pi, f2i, qcomp, qinv,
+                                                         fgj, g2, q)
                                         cand[n_cand] = q
                                         n_cand += 1
                                 continue

@@ -231,7 +231,7 @@ def test_range_kernels_give_the_same_bits_for_any_range():
     """β·D_F and the dot products are element-wise: a prototype's value is the same
     computed alone (a seed) or within a range (a scan) — the rule that keeps a
     pair's D independent of the seeds."""
-    from dqkm.kernels.kmm import _df_range, _row_dot
+    from dqkm.kernels.kmm import _df_one, _df_range, _dot_one, _row_dot
     rng = np.random.default_rng(2)
     m = 203
     F = rng.standard_normal((4, 9))
@@ -239,7 +239,7 @@ def test_range_kernels_give_the_same_bits_for_any_range():
     qcomp = rng.integers(-1, 3, m)
     qinv = rng.random(m)
     g2 = (GT ** 2).sum(0)
-    for mode in (1, 2, 3):
+    for mode in (0, 1, 2, 3):
         full_fg, full_df = np.empty(m), np.empty(m)
         _row_dot(F, 1, GT, full_fg, 0, m)
         _df_range(mode, 7.5, 1, 0.3, 2.0, qcomp, qinv, full_fg, g2, full_df, 0, m)
@@ -249,6 +249,11 @@ def test_range_kernels_give_the_same_bits_for_any_range():
             _df_range(mode, 7.5, 1, 0.3, 2.0, qcomp, qinv, one_fg, g2, one_df, j, j + 1)
         np.testing.assert_array_equal(one_fg, full_fg)
         np.testing.assert_array_equal(one_df, full_df)
+        scalar_fg = np.array([_dot_one(F, 1, GT, j) for j in range(m)])
+        scalar_df = np.array([_df_one(mode, 7.5, 1, 0.3, 2.0, qcomp, qinv, scalar_fg[j], g2, j)
+                              for j in range(m)])
+        np.testing.assert_array_equal(scalar_fg, full_fg)  # seeds and movers use these
+        np.testing.assert_array_equal(scalar_df, full_df)
         np.testing.assert_allclose(full_fg, F[1] @ GT, rtol=1e-12, atol=1e-12)
 
 
