@@ -63,6 +63,12 @@ def _brute(X, A, term, L):
     return order, np.take_along_axis(D, order, 1)
 
 
+def _clustered(rng, n, d, n_centers, scale, dtype=np.float32):
+    """n points around n_centers Gaussian centres (std ``scale``), unit noise."""
+    centers = rng.standard_normal((n_centers, d)) * scale
+    return (centers[rng.integers(0, n_centers, n)] + rng.standard_normal((n, d))).astype(dtype)
+
+
 def _random_term(rng, n, m, mode, beta=3.0, b=3, extra=2):
     qcomp = rng.integers(0, b, m)
     pcomp = rng.integers(0, b, n)
@@ -77,8 +83,7 @@ def _random_term(rng, n, m, mode, beta=3.0, b=3, extra=2):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pruning_never_changes_the_neighbour_sets(dtype, mode, seed):
     rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((6, 16)) * 5
-    X = (centers[rng.integers(0, 6, 400)] + rng.standard_normal((400, 16))).astype(dtype)
+    X = _clustered(rng, 400, 16, 6, 5, dtype=dtype)
     X[:3] = X[3]  # exact duplicates → exact ties
     A = np.vstack([X[rng.choice(400, 40, replace=False)].astype(np.float64), X[3:4]])
     A[7] = A[8]   # duplicate prototypes → ties broken by index
@@ -105,8 +110,7 @@ def test_any_seeds_give_the_same_neighbours(mode):
     """Seeds (e.g. the previous pass's neighbours) only change the work: good,
     random, repeated or missing seeds give the unseeded result bit for bit."""
     rng = np.random.default_rng(5)
-    centers = rng.standard_normal((6, 16)) * 5
-    X = (centers[rng.integers(0, 6, 300)] + rng.standard_normal((300, 16))).astype(np.float32)
+    X = _clustered(rng, 300, 16, 6, 5)
     A = X[rng.choice(300, 40, replace=False)].astype(np.float64)
     term = (SpectralTerm.none(len(X), len(A)) if mode == 0
             else _random_term(rng, len(X), len(A), mode))
@@ -139,8 +143,7 @@ def test_previous_pass_bound_skips_scans_exactly(mode):
     the next pass — β doubled, or the prototypes moved with ``moved`` — gives the
     full scan's neighbours bit for bit while computing far fewer distances."""
     rng = np.random.default_rng(7)
-    centers = rng.standard_normal((5, 16)) * 5
-    X = (centers[rng.integers(0, 5, 400)] + rng.standard_normal((400, 16))).astype(np.float32)
+    X = _clustered(rng, 400, 16, 5, 5)
     X[:2] = X[2]
     A = X[rng.choice(400, 60, replace=False)].astype(np.float64)
     A[4] = A[9]
@@ -197,8 +200,7 @@ def test_other_components_skipped_only_when_exact(mode, beta):
     the full scan, bit for bit (empty prototypes, points of no component and ties
     included), and large β skips most of the other components' prototypes."""
     rng = np.random.default_rng(11)
-    centers = rng.standard_normal((3, 12)) * 4
-    X = (centers[rng.integers(0, 3, 300)] + rng.standard_normal((300, 12))).astype(np.float32)
+    X = _clustered(rng, 300, 12, 3, 4)
     X[:2] = X[2]
     A = X[rng.choice(300, 45, replace=False)].astype(np.float64)
     A[5] = A[6]
