@@ -345,7 +345,10 @@ class KMultipleMeans(DqkmClusterer):
                 "detect_outliers": bool(self.detect_outliers),
                 "random_state": (self.random_state
                                  if isinstance(self.random_state, (int, np.integer)) else None),
-                "init": self.init if isinstance(self.init, str) else "array"}
+                "init": self.init if isinstance(self.init, str) else "array",
+                # the reference's SVD changes F to rounding (and the run time): a
+                # checkpoint of one is not continued with the other ('fast' ignores it)
+                **({"svd_algorithm": self.svd_algorithm} if self.solver == "svd" else {})}
 
     def _load_checkpoint(self, ck, Xd):
         """``(KMMState, mu, V, seeding)`` from the latest state of ``ck``."""

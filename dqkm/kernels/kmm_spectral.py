@@ -193,7 +193,7 @@ class EigenResult:
     n_naive: int
 
 
-def _top_eigpair(Mk, found_vals, found_vecs, rng, cache):
+def _top_eigpair(Mk, found_vals, found_vecs, rng, cache, batch=1):
     """Largest eigenpair of ``Mk − Σ λ q qᵀ`` (the deflated block, Alg. 2 line 16).
 
     The paper uses the power method here; this solves the same problem to
@@ -201,8 +201,12 @@ def _top_eigpair(Mk, found_vals, found_vecs, rng, cache):
     equality does not depend on a power-method tolerance.  Blocks of at most
     ``DENSE_EIGH_MAX`` prototypes are decomposed once by LAPACK (``cache``) and
     their eigenpairs served in descending order — the eigenpairs of the
-    deflated block are exactly the remaining ones; larger blocks are deflated
-    explicitly and solved by Lanczos (ARPACK).
+    deflated block are exactly the remaining ones.  Larger blocks are deflated
+    explicitly and solved by Lanczos (ARPACK): the first request computes the
+    ``batch`` largest eigenpairs of the deflated block in one run (the most the
+    caller can still ask of this block), and later requests are served from
+    them; a request beyond them deflates again.  One Lanczos run for several
+    eigenpairs costs far less than as many deflated runs for one.
     """
     mk = Mk.shape[0]
     j = len(found_vals)  # eigenpairs of this block already known (≥ 1: Lemma 4.3)
@@ -212,6 +216,9 @@ def _top_eigpair(Mk, found_vals, found_vecs, rng, cache):
             w, v = scipy.linalg.eigh(0.5 * (B + B.T))
             cache["w"], cache["v"] = w[::-1], v[:, ::-1]
         return float(cache["w"][j]), cache["v"][:, j]
+    start = cache.get("start", -1)
+    if 0 <= j - start < len(cache.get("w", ())):
+        return float(cache["w"][j - start]), cache["v"][:, j - start]
     Q = np.array(found_vecs).T
     lam = np.array(found_vals)
 
@@ -221,8 +228,11 @@ def _top_eigpair(Mk, found_vals, found_vecs, rng, cache):
 
     op = LinearOperator((mk, mk), matvec=mv, dtype=np.float64)
     v0 = rng.standard_normal(mk)
-    w, v = eigsh(op, k=1, which="LA", v0=v0, tol=0)
-    return float(w[0]), v[:, 0]
+    k = int(max(1, min(batch, mk - 2)))
+    w, v = eigsh(op, k=k, which="LA", v0=v0, tol=0)
+    order = np.argsort(-w, kind="stable")
+    cache["start"], cache["w"], cache["v"] = j, w[order], v[:, order]
+    return float(cache["w"][0]), cache["v"][:, 0]
 
 
 def block_eigen(M, comps, colsum, n_clusters, rng=None):
@@ -295,7 +305,10 @@ def block_eigen(M, comps, colsum, n_clusters, rng=None):
             if k not in blocks:
                 mk = members[k]
                 blocks[k] = M[mk][:, mk]
-            lam, vec = _top_eigpair(blocks[k], found[k][0], found[k][1], rng, caches[k])
+            # a block can add at most c − b eigenpairs to the c kept (the b of
+            # Lemma 4.3, λ = 1, are never displaced): its Lanczos batch
+            lam, vec = _top_eigpair(blocks[k], found[k][0], found[k][1], rng, caches[k],
+                                    batch=c - b)
             lam = max(lam, 0.0)
             n_computed += 1
             found[k][0].append(lam)

@@ -224,6 +224,13 @@ def test_checkpoint_of_other_estimator_or_data_is_refused(tmp_path, blobs):
         _blobs_kmm().fit(Xd.rechunk((1000, -1)), checkpoint=ck, resume=True)
     # ... and left as it was
     assert _latest(ck) == before
+    # the reference's SVD is part of its identity (F differs to rounding between them)
+    ref = tmp_path / "ref"
+    _blobs_kmm(max_iter=2, solver="svd", svd_algorithm="dense").fit(Xd, checkpoint=ref)
+    with pytest.raises(CheckpointMismatchError, match="svd_algorithm='dense', but this fit has "
+                                                      "svd_algorithm='arpack'"):
+        _blobs_kmm(max_iter=3, solver="svd", svd_algorithm="arpack").fit(Xd, checkpoint=ref,
+                                                                          resume=True)
     _assert_same_fit(_blobs_kmm(max_iter=3).fit(Xd, checkpoint=ck, resume=True),
                      _blobs_kmm(max_iter=3).fit(Xd))
 

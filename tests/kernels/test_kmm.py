@@ -456,3 +456,24 @@ def test_block_eigen_lanczos_path_equals_eigh(monkeypatch):
     ev = np.linalg.eigvalsh(M.toarray())[::-1]
     np.testing.assert_allclose(res.values, ev[:7], atol=1e-10)
     np.testing.assert_allclose(M.toarray() @ res.vectors, res.vectors * res.values, atol=1e-9)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_lanczos_batches_serve_the_deflated_eigenpairs_in_order(monkeypatch, batch):
+    """A large block's eigenpairs after Lemma 4.3's: one Lanczos run serves
+    ``batch`` of them, a request beyond the batch deflates again; all equal eigh's."""
+    import dqkm.kernels.kmm_spectral as ks
+
+    monkeypatch.setattr(ks, "DENSE_EIGH_MAX", 5)
+    rng = np.random.default_rng(5)
+    B = rng.standard_normal((60, 60))
+    Mk = sp.csr_matrix(B @ B.T / 60)
+    w, v = np.linalg.eigh(Mk.toarray())
+    w, v = w[::-1], v[:, ::-1]
+    vals, vecs, cache = [float(w[0])], [v[:, 0]], {}
+    for j in range(1, 6):  # 5 requests: batches of 3 are served 3 + 2
+        lam, vec = ks._top_eigpair(Mk, vals, vecs, np.random.default_rng(j), cache, batch=batch)
+        assert lam == pytest.approx(w[j], rel=1e-10)
+        assert abs(vec @ v[:, j]) == pytest.approx(1.0, abs=1e-8)
+        vals.append(lam)
+        vecs.append(vec)
