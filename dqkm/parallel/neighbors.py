@@ -17,6 +17,7 @@ are the only Dask code.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import dask
@@ -201,28 +202,14 @@ def _exact_sq_distances(Q64, grp_q, Xt, cand):
     return out
 
 
-def search_block(Q, probes, index, n_neighbors, centers):
-    """Exact k-NN of the queries ``Q`` among the rows of their probed clusters.
+def _search_block_numpy(Q, probes, index, n_neighbors, centers):
+    """:func:`search_block` in NumPy, as it was before the numba kernel.
 
-    Parameters
-    ----------
-    Q : ndarray of shape (m, n_features)
-    probes : ndarray of shape (m, n_probe), int — clusters to search per query
-    index : InvertedIndex
-    n_neighbors : int (at most the number of indexed rows)
-    centers : ndarray of shape (n_clusters, n_features)
-        Used only when a query's probed clusters hold fewer than
-        ``n_neighbors`` rows: the next-nearest clusters are added.
-
-    Returns
-    -------
-    ndarray of shape (m, 2·n_neighbors), float64
-        Distances (ascending) in the first half, the original row ids in
-        the second (exact as float64 below 2^53).
-
-    Candidates are chosen per tile of a cluster by ``‖x‖² − 2q·x`` (one GEMM in
-    the data's dtype); their distances are then recomputed exactly as
-    ``‖q − x‖`` in float64 before the running top-k merge.
+    The reference for the tests and ``benchmarks/bench_cluster_search.py``, and
+    the path for dtypes other than float32/float64.  Candidates per tile: the
+    ``min(k, rows)`` smallest scores (``np.argpartition``: ties at the boundary
+    are cut arbitrarily), then the same exact float64 distances and a top-k
+    merge by distance (ties at the k-th place cut arbitrarily too).
     """
     m = Q.shape[0]
     k = int(n_neighbors)
@@ -263,6 +250,96 @@ def search_block(Q, probes, index, n_neighbors, centers):
     out[:, :k] = np.sqrt(np.take_along_axis(best_d, srt, axis=1))
     out[:, k:] = np.take_along_axis(best_i, srt, axis=1)
     return out
+
+
+def search_block(Q, probes, index, n_neighbors, centers):
+    """Exact k-NN of the queries ``Q`` among the rows of their probed clusters.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (m, n_features)
+    probes : ndarray of shape (m, n_probe), int — clusters to search per query
+    index : InvertedIndex
+    n_neighbors : int (at most the number of indexed rows)
+    centers : ndarray of shape (n_clusters, n_features)
+        Used only when a query's probed clusters hold fewer than
+        ``n_neighbors`` rows: the next-nearest clusters are added.
+
+    Returns
+    -------
+    ndarray of shape (m, 2·n_neighbors), float64
+        Distances (ascending; ties by the lower id) in the first half, the
+        original row ids in the second (exact as float64 below 2^53).
+
+    Per tile of a cluster (up to 4096 rows; a Zarr-backed index is read one
+    cluster at a time) and the group of queries probing it: one GEMM in the
+    data's dtype gives the scores ``‖x‖² − 2q·x``; then one numba kernel
+    (:func:`dqkm.kernels.cluster_search.tile_topk`) takes per query every row
+    scoring ≤ the ``min(k, rows)``-th smallest score, skips those whose
+    distance provably exceeds the query's current k-th best, recomputes the
+    others' distances exactly as ``‖q − x‖`` in float64 and merges them into
+    the query's running top-k.  Dtypes other than float32/float64 take the
+    NumPy path (:func:`_search_block_numpy`), which picks exactly
+    ``min(k, rows)`` candidates per tile and cuts ties arbitrarily.
+    """
+    m = Q.shape[0]
+    k = int(n_neighbors)
+    out = np.empty((m, 2 * k), dtype=np.float64)
+    if m == 0:
+        return out
+    if not _kernel_dtypes(Q, index):
+        return _search_block_numpy(Q, probes, index, n_neighbors, centers)
+    from ..kernels.cluster_search import pruning_gammas, tile_topk
+
+    Q = np.ascontiguousarray(Q)
+    probes = np.asarray(probes, dtype=np.int64).reshape(m, -1)
+    counts = np.diff(index.offsets)
+    if (counts[probes].sum(axis=1) >= k).all():  # no short probes: the pairs as they are
+        pairs_q = np.repeat(np.arange(m, dtype=np.int64), probes.shape[1])
+        pairs_c = probes.ravel()
+    else:
+        lists = _complete_probes(Q, probes, counts, centers, k)
+        lens = [len(lst) for lst in lists]
+        pairs_q = np.repeat(np.arange(m, dtype=np.int64), lens)
+        pairs_c = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
+                              count=sum(lens))
+    order = np.argsort(pairs_c, kind="stable")
+    pairs_q, pairs_c = pairs_q[order], pairs_c[order]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(pairs_c)) + 1, [pairs_c.size]])
+    best_d = np.full((m, k), np.inf)
+    best_i = np.full((m, k), -1, dtype=np.int64)
+    q_sq = np.einsum("ij,ij->i", Q, Q, dtype=np.float64)
+    gammas = None
+    for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+        c = int(pairs_c[a]) if b > a else -1
+        if c < 0 or counts[c] == 0:
+            continue
+        grp_q = pairs_q[a:b]
+        rows, ids, sqn = index.cluster(c)
+        Qc = Q[grp_q]  # the GEMM operand as in the NumPy path: same call, same bits
+        for lo in range(0, rows.shape[0], _TILE_ROWS):
+            Xt = np.ascontiguousarray(rows[lo:lo + _TILE_ROWS])
+            G = Qc @ Xt.T
+            ids_t = np.ascontiguousarray(ids[lo:lo + _TILE_ROWS], dtype=np.int64)
+            sq_t = np.ascontiguousarray(sqn[lo:lo + _TILE_ROWS])
+            if gammas is None:
+                gammas = pruning_gammas(Q.shape[1], G.dtype, sq_t.dtype)
+            tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, min(k, Xt.shape[0]), *gammas,
+                      best_d, best_i)
+    out[:, :k] = np.sqrt(best_d)  # already sorted by (distance, id)
+    out[:, k:] = best_i
+    return out
+
+
+def _kernel_dtypes(Q, index):
+    """Whether :func:`search_block` can use the numba kernel (float32/float64
+    queries, rows and squared norms)."""
+    ok = (np.float32, np.float64)
+    if index.in_memory:
+        X, sq = index.X, index.sq_norms
+    else:
+        X, _, sq = index._open()
+    return Q.dtype in ok and X.dtype in ok and sq.dtype in ok
 
 
 def _top_probes_block(dist, n_probe):

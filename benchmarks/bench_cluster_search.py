@@ -1,0 +1,132 @@
+"""ClusterIndex's exact in-cluster search: ``search_block`` (one GEMM per cluster
+tile and query group, then one numba kernel) vs the NumPy implementation it
+replaced (``_search_block_numpy``: argpartition, the (q × k × D) difference,
+concatenate/argpartition merges and fancy-index copies per group).
+
+Data: make_blobs-like, generated directly in float32 and in cluster order —
+``--n-clusters`` centres uniform in [−10, 10]^D, unit-variance Gaussian noise,
+labels uniform at random (clusters of ≈ n/K rows); the index is built in
+memory from the generating labels (``InvertedIndex(offsets, X=..., ids=...,
+sq_norms=...)``, ids = the rows' positions in a random order).  Queries: fresh
+points of the same distribution; their probes are their ``n_probe`` nearest
+centres (``_top_probes_block``, as ``ClusterIndex`` with a K-means clusterer).
+
+Both implementations run on the same query blocks (``query_block_rows`` rows,
+one after another) with BLAS limited to ``--blas-threads`` (default 1: the
+machine is shared; the numba kernel is single-threaded).  Per setting: best of
+``--repeat`` seconds, GFlop/s = 2·Σ rows scanned·D / s (the GEMM work; the
+exact recomputation of the candidates is not counted), the ratio, and whether
+the (distances, ids) of the two are identical.  The last line is one dense
+GEMM of the size of the n_probe = 1 scan for comparison.  Run:
+
+    .venv/bin/python benchmarks/bench_cluster_search.py            # 100k × 2000, K = 512
+    .venv/bin/python benchmarks/bench_cluster_search.py --quick    # 20k × 500, K = 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from dqkm.parallel.neighbors import (InvertedIndex, _search_block_numpy,  # noqa: E402
+                                     _top_probes_block, query_block_rows, search_block)
+
+
+def make_index(n, dim, n_clusters, n_queries, seed):
+    """The index (rows already grouped by cluster), the queries and the centres."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10.0, 10.0, (n_clusters, dim)).astype(np.float32)
+    labels = np.sort(rng.integers(0, n_clusters, n))
+    ids = rng.permutation(n).astype(np.int64)
+    X = np.empty((n, dim), dtype=np.float32)
+    step = 8192
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        X[lo:hi] = rng.standard_normal((hi - lo, dim), dtype=np.float32)
+        X[lo:hi] += centers[labels[lo:hi]]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(labels, minlength=n_clusters))])
+    sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)
+    index = InvertedIndex(offsets, X=X, ids=ids, sq_norms=sq)
+    Q = centers[rng.integers(0, n_clusters, n_queries)]
+    Q += rng.standard_normal(Q.shape, dtype=np.float32)
+    return index, Q, centers
+
+
+def run_search(fn, Q, probes, index, k, centers, block):
+    return np.concatenate([fn(Q[a:a + block], probes[a:a + block], index, k, centers)
+                           for a in range(0, Q.shape[0], block)])
+
+
+def best_of(repeat, fn):
+    best, out = np.inf, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=2000)
+    ap.add_argument("--n-clusters", type=int, default=512)
+    ap.add_argument("--n-queries", type=int, default=10_000)
+    ap.add_argument("--n-probe", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--n-neighbors", type=int, nargs="+", default=[1, 10])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--blas-threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="20k × 500, K = 128, 2000 queries")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.dim, args.n_clusters, args.n_queries = 20_000, 500, 128, 2000
+
+    t0 = time.perf_counter()
+    index, Q, centers = make_index(args.n, args.dim, args.n_clusters, args.n_queries, args.seed)
+    counts = np.diff(index.offsets)
+    block = query_block_rows(Q.shape[0])
+    print(f"data: {args.n} × {args.dim} float32, K = {args.n_clusters} (mean "
+          f"{counts.mean():.0f}, min {counts.min()}, max {counts.max()} rows per cluster), "
+          f"{Q.shape[0]} queries in blocks of {block}, BLAS threads {args.blas_threads}; "
+          f"generated in {time.perf_counter() - t0:.1f} s")
+    c_sq = np.einsum("ij,ij->i", centers, centers, dtype=np.float64)
+    with threadpool_limits(args.blas_threads):
+        cdist = c_sq[None, :] - 2.0 * (Q @ centers.T)
+        # compile the kernel outside the timings
+        search_block(Q[:4], _top_probes_block(cdist[:4], 1), index, 1, centers)
+        hdr = (f"{'n_probe':>7} {'k':>3} {'rows scanned':>12} {'old s':>8} {'new s':>8} "
+               f"{'old GF/s':>8} {'new GF/s':>8} {'ratio':>6}  identical")
+        print(hdr)
+        print("-" * len(hdr))
+        for n_probe in args.n_probe:
+            probes = _top_probes_block(cdist, n_probe)
+            scanned = int(counts[probes].sum())
+            gflop = 2.0 * scanned * args.dim / 1e9
+            for k in args.n_neighbors:
+                old, t_old = best_of(args.repeat, lambda: run_search(
+                    _search_block_numpy, Q, probes, index, k, centers, block))
+                new, t_new = best_of(args.repeat, lambda: run_search(
+                    search_block, Q, probes, index, k, centers, block))
+                same = np.array_equal(old, new)
+                note = "yes" if same else (f"NO: {int((old != new).any(axis=1).sum())} "
+                                           f"of {old.shape[0]} queries differ")
+                print(f"{n_probe:>7} {k:>3} {scanned:>12} {t_old:>8.3f} {t_new:>8.3f} "
+                      f"{gflop / t_old:>8.1f} {gflop / t_new:>8.1f} {t_old / t_new:>6.2f}  {note}")
+        rows = int(round(counts.mean()))
+        B = np.ascontiguousarray(index.X[:rows])
+        _, t_gemm = best_of(args.repeat, lambda: Q @ B.T)
+        print(f"dense GEMM ({Q.shape[0]} × {args.dim}) · ({args.dim} × {rows}): "
+              f"{t_gemm:.3f} s, {2.0 * Q.shape[0] * rows * args.dim / 1e9 / t_gemm:.1f} GFlop/s")
+
+
+if __name__ == "__main__":
+    main()
