@@ -17,13 +17,13 @@ group
    top-k), and recomputes the others' squared distances ``‖q − x‖²`` exactly
    in float64, summed in the order of NumPy's
    ``np.einsum('ijk,ijk->ij', diff, diff)`` on the x86-64 baseline (see
-   :func:`sq_distance`), so a pair gets the bits the NumPy implementation gave
-   it,
+   :func:`sq_distance`), so there a pair gets the bits the NumPy
+   implementation gave it (elsewhere: the same value to rounding),
 4. merges them into the query's running top-k, kept sorted by the pair
    ``(distance², id)`` (ascending distance, ties by the lower id), in place.
 
-The result is therefore the NumPy implementation's, except where that one cut
-ties arbitrarily: rows with the same score as the ``kk``-th candidate of a tile
+The result is therefore the NumPy implementation's (to the last bit on x86-64),
+except where that one cut ties arbitrarily: rows with the same score as the ``kk``-th candidate of a tile
 (all are candidates here) and rows at the same distance as the k-th neighbour
 (the lower ids win here).
 
@@ -92,10 +92,10 @@ def sq_distance(q, x):
     float64 lanes, no fused multiply-add): lane ``l`` takes elements
     ``l, l+2, …``; per block of eight it adds the products of the block's
     last pair first, ``p0 + (p2 + (p4 + (p6 + acc)))``; past the blocks one
-    pair at a time; then ``lane0 + lane1``.  ``tests/kernels/
-    test_cluster_search.py`` checks the equality against ``np.einsum`` on the
-    platform it runs on (a NumPy built with another baseline — FMA, wider
-    lanes — would differ in the last bits).
+    pair at a time; then ``lane0 + lane1``.  A NumPy built with another
+    baseline (FMA, wider lanes) sums in another order, so
+    ``tests/kernels/test_cluster_search.py`` asks only for agreement to
+    rounding; nothing in dqkm depends on the bits.
     """
     return _sq_distance_at(np.ascontiguousarray(q).reshape(1, -1), 0,
                            np.ascontiguousarray(x).reshape(1, -1), 0)

@@ -47,6 +47,7 @@ from numba import njit
 __all__ = [
     "MODE_NONE", "MODE_COMPONENTS", "MODE_EXTRA", "MODE_FULL", "LB_MARGIN",
     "NeighborResult", "SpectralTerm", "nearest_prototypes", "can_weights", "project",
+    "spectral_rows",
 ]
 
 MODE_NONE = 0
@@ -697,20 +698,48 @@ def can_weights(distances):
     alpha : ndarray of shape (n_rows,)
         ``α_i = (l/2)·d_(l+1) − ½ Σ_{k≤l} d_ik`` (0 for skipped rows).
     """
-    D = np.asarray(distances, dtype=np.float64)
+    D = np.ascontiguousarray(distances, dtype=np.float64)
+    n, L = D.shape
+    W = np.zeros((n, L - 1))
+    alpha = np.zeros(n)
+    _can_kernel(D, W, alpha)
+    return W, alpha
+
+
+@njit(cache=True, nogil=True)
+def _can_kernel(D, W, alpha):  # OUT W, alpha
+    """:func:`can_weights` row by row (the sum of the l nearest in column order)."""
     n, L = D.shape
     ell = L - 1
-    valid = np.isfinite(D[:, 0])
-    W = np.zeros((n, ell))
-    alpha = np.zeros(n)
-    if not valid.any():
-        return W, alpha
-    Dv = D[valid]
-    top = Dv[:, ell]
-    denom = ell * top - Dv[:, :ell].sum(axis=1)
-    ok = denom > 0
-    Wv = np.full((Dv.shape[0], ell), 1.0 / ell)
-    Wv[ok] = (top[ok, None] - Dv[ok, :ell]) / denom[ok, None]
-    W[valid] = Wv
-    alpha[valid] = 0.5 * np.maximum(denom, 0.0)
-    return W, alpha
+    for i in range(n):
+        if not np.isfinite(D[i, 0]):
+            continue
+        top = D[i, ell]
+        s = 0.0
+        for k in range(ell):
+            s += D[i, k]
+        denom = ell * top - s
+        if denom > 0:
+            for k in range(ell):
+                W[i, k] = (top - D[i, k]) / denom
+        else:  # all l + 1 equal (or NaN): equal weights
+            for k in range(ell):
+                W[i, k] = 1.0 / ell
+        alpha[i] = 0.5 * max(denom, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def spectral_rows(idx, w, Wmap):
+    """``F[i] = Σ_k s_ik·Wmap[idx[i, k]]`` over the row's neighbours (idx ≥ 0):
+    the data rows of F from the prototype side (Lemma 4.1), in neighbour order."""
+    n, ell = idx.shape
+    c = Wmap.shape[1]
+    F = np.zeros((n, c))
+    for i in range(n):
+        for k in range(ell):
+            j = idx[i, k]
+            if j >= 0:
+                v = w[i, k]
+                for t in range(c):
+                    F[i, t] += v * Wmap[j, t]
+    return F

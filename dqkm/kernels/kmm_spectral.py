@@ -27,6 +27,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import LinearOperator, eigsh, svds
+from numba import njit
 
 __all__ = [
     "ChunkStatistics", "Components", "EigenResult", "chunk_statistics", "merge_statistics",
@@ -59,6 +60,72 @@ class ChunkStatistics:
     stx: np.ndarray
 
 
+@njit(cache=True, nogil=True)
+def _sts_kernel(idx, w, X, m):
+    """``SᵀS`` (CSR arrays, sorted columns, only products > 0), column sums and
+    ``SᵀX`` of the rows of S given as ``(idx, w)`` (entries with idx < 0 or
+    w <= 0 are not edges).  Gustavson's row-by-row product on Sᵀ, which is
+    first built by a counting sort of the entries by column."""
+    n, ell = idx.shape
+    d = X.shape[1]
+    colsum = np.zeros(m)
+    stx = np.zeros((m, d))
+    cnt = np.zeros(m + 1, np.int64)
+    for i in range(n):
+        for a in range(ell):
+            j = idx[i, a]
+            if j >= 0 and w[i, a] > 0.0:
+                cnt[j + 1] += 1
+    for j in range(m):
+        cnt[j + 1] += cnt[j]
+    t_row = np.empty(cnt[m], np.int64)
+    t_val = np.empty(cnt[m])
+    fill = cnt[:m].copy()
+    for i in range(n):  # Sᵀ by columns of S, rows in ascending order
+        for a in range(ell):
+            j = idx[i, a]
+            v = w[i, a]
+            if j >= 0 and v > 0.0:
+                t_row[fill[j]] = i
+                t_val[fill[j]] = v
+                fill[j] += 1
+                colsum[j] += v
+                for k in range(d):
+                    stx[j, k] += v * X[i, k]
+    indptr = np.zeros(m + 1, np.int64)
+    cap = max(16, cnt[m] * ell)
+    indices = np.empty(cap, np.int64)
+    data = np.empty(cap)
+    acc = np.zeros(m)
+    mark = np.full(m, -1, np.int64)
+    cols = np.empty(m, np.int64)
+    nnz = 0
+    for j in range(m):
+        nc = 0
+        for t in range(cnt[j], cnt[j + 1]):
+            i = t_row[t]
+            v = t_val[t]
+            for a in range(ell):
+                q = idx[i, a]
+                u = w[i, a]
+                if q >= 0 and u > 0.0:
+                    if mark[q] != j:
+                        mark[q] = j
+                        acc[q] = 0.0
+                        cols[nc] = q
+                        nc += 1
+                    acc[q] += v * u
+        srt = np.sort(cols[:nc])
+        for t in range(nc):
+            q = srt[t]
+            if acc[q] != 0.0:
+                indices[nnz] = q
+                data[nnz] = acc[q]
+                nnz += 1
+        indptr[j + 1] = nnz
+    return indptr, indices[:nnz].copy(), data[:nnz].copy(), colsum, stx
+
+
 def chunk_statistics(X, indices, weights, m):
     """``SᵀS``, column sums and ``SᵀX`` of one chunk's rows of S.
 
@@ -73,19 +140,15 @@ def chunk_statistics(X, indices, weights, m):
     Returns
     -------
     ChunkStatistics
+        ``sts`` has sorted column indices and no explicit zeros.
     """
-    idx = np.asarray(indices)
-    w = np.asarray(weights, dtype=np.float64)
-    keep = (idx >= 0) & (w > 0)
-    rows = np.nonzero(keep)[0]
-    cols = idx[keep].astype(np.int64)
-    vals = w[keep]
-    n = idx.shape[0]
-    S = sp.csr_matrix((vals, (rows, cols)), shape=(n, m))
-    sts = (S.T @ S).tocsr()
-    sts.eliminate_zeros()
-    colsum = np.bincount(cols, weights=vals, minlength=m).astype(np.float64)
-    stx = np.asarray(S.T @ np.asarray(X, dtype=np.float64))
+    idx = np.ascontiguousarray(indices, dtype=np.int64)
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    Xa = np.asarray(X)
+    if Xa.dtype not in (np.float32, np.float64):
+        Xa = Xa.astype(np.float64)
+    indptr, ind, data, colsum, stx = _sts_kernel(idx, w, np.ascontiguousarray(Xa), int(m))
+    sts = sp.csr_matrix((data, ind, indptr), shape=(m, m))
     return ChunkStatistics(sts, colsum, stx)
 
 

@@ -46,7 +46,7 @@ from dask.highlevelgraph import HighLevelGraph
 from sklearn.exceptions import ConvergenceWarning
 
 from ..kernels.kmm import (MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, SpectralTerm,
-                           can_weights, nearest_prototypes, project)
+                           can_weights, nearest_prototypes, project, spectral_rows)
 from ..kernels.kmm_init import outlier_mask, outlier_threshold
 from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statistics, components,
                                     SVD_ALGORITHMS, merge_statistics, prototype_matrix,
@@ -82,9 +82,8 @@ def _spectral_term(state, prev, U_block, n_rows):
         F = np.zeros((n_rows, 0))
         G = np.zeros((m, 0))
     elif mode == MODE_EXTRA:  # f_i = Σ_j s_ij·(√2/2)·q_j/(√d[n+j]·√λ)  (Lemma 4.1, eq. 8)
-        Wmap = state["Wmap"]
-        safe = np.maximum(idx, 0)
-        F = np.einsum("ik,ikc->ic", np.where(idx >= 0, w, 0.0), Wmap[safe])
+        F = spectral_rows(np.ascontiguousarray(idx), np.ascontiguousarray(w, dtype=np.float64),
+                          np.ascontiguousarray(state["Wmap"], dtype=np.float64))
         G = state["Gmap"]
     else:  # MODE_FULL: the reference's U rows, f_i/√d[i]
         rowsum = w.sum(axis=1)

@@ -29,6 +29,16 @@ def brute_force(Q, X, k):
     return np.hstack([np.sqrt(np.take_along_axis(d2, srt, axis=1)), srt.astype(np.float64)])
 
 
+def assert_same(got, ref):
+    """Same neighbour ids; distances equal to float64 rounding.  (The kernel sums
+    in the order of NumPy's baseline einsum on x86-64, where the bits agree too;
+    another NumPy build may sum in another order, so the tests do not ask for
+    the bits.)"""
+    k = got.shape[1] // 2
+    assert np.array_equal(got[:, k:], ref[:, k:])
+    np.testing.assert_allclose(got[:, :k], ref[:, :k], rtol=1e-13, atol=0)
+
+
 def all_probes(m, n_clusters):
     return np.tile(np.arange(n_clusters, dtype=np.int64), (m, 1))
 
@@ -48,7 +58,7 @@ def clustered(rng, n, dim, n_clusters, dtype, integer=False):
 
 # --------------------------------------------------------------------------- exact distance
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sq_distance_is_numpys_einsum(dtype):
+def test_sq_distance_equals_numpys_einsum(dtype):
     rng = np.random.default_rng(0)
     for dim in list(range(1, 34)) + [100, 2000, 2001, 9001]:
         q = (rng.standard_normal(dim) * 3).astype(dtype)
@@ -57,7 +67,8 @@ def test_sq_distance_is_numpys_einsum(dtype):
         ref = np.einsum("ij,ij->i", diff, diff)
         ref3 = np.einsum("ijk,ijk->ij", diff[None], diff[None])[0]
         got = np.array([sq_distance(q, x) for x in X])
-        assert np.array_equal(got, ref) and np.array_equal(got, ref3), dim
+        np.testing.assert_allclose(got, ref, rtol=1e-14, atol=0, err_msg=str(dim))
+        np.testing.assert_allclose(got, ref3, rtol=1e-14, atol=0, err_msg=str(dim))
 
 
 # --------------------------------------------------------------------------- top-k merge
@@ -81,7 +92,7 @@ def test_all_probes_equal_brute_force(dtype, k, integer):
     Q[:3] = X[50]
     index = make_index(X, labels, 12)
     got = search_block(Q, all_probes(Q.shape[0], 12), index, k, C)
-    assert np.array_equal(got, brute_force(Q, X, k))
+    assert_same(got, brute_force(Q, X, k))
     assert got[0, k:].tolist()[:min(k, 11)] == sorted([50] + list(range(100, 110)))[:k]
 
 
@@ -93,7 +104,7 @@ def test_small_tiles_and_short_clusters_equal_brute_force(dtype, monkeypatch):
     index = make_index(X, labels, 8)
     for k in (1, 3, 10):
         got = search_block(Q, all_probes(Q.shape[0], 8), index, k, C)
-        assert np.array_equal(got, brute_force(Q, X, k))
+        assert_same(got, brute_force(Q, X, k))
 
 
 def test_clusters_smaller_than_k_are_extended():
@@ -103,11 +114,10 @@ def test_clusters_smaller_than_k_are_extended():
     probes = np.full((Q.shape[0], 1), 9)  # a cluster of 2 rows (cluster 8 is empty)
     for k in (1, 3, 10):
         got = search_block(Q, probes, index, k, C)
-        assert np.array_equal(got, _search_block_numpy(Q, probes, index, k, C))
+        assert_same(got, _search_block_numpy(Q, probes, index, k, C))
         assert (got[:, k:] >= 0).all() and np.isfinite(got[:, :k]).all()
     probes = np.full((Q.shape[0], 1), 8)  # the empty cluster alone
-    assert np.array_equal(search_block(Q, probes, index, 3, C),
-                          _search_block_numpy(Q, probes, index, 3, C))
+    assert_same(search_block(Q, probes, index, 3, C), _search_block_numpy(Q, probes, index, 3, C))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -124,7 +134,7 @@ def test_equals_numpy_implementation_on_random_data(dtype, monkeypatch):
             probes = _top_probes_block(dist, n_probe)
             for k in (1, 5, 10):
                 new = search_block(Q, probes, index, k, C)
-                assert np.array_equal(new, _search_block_numpy(Q, probes, index, k, C))
+                assert_same(new, _search_block_numpy(Q, probes, index, k, C))
 
 
 def test_cluster_probed_twice_counts_once():
@@ -145,7 +155,7 @@ def test_zarr_index_equals_in_memory(tmp_path):
     for k in (1, 4):
         got = search_block(Q, probes, disk, k, C)
         assert np.array_equal(got, search_block(Q, probes, mem, k, C))
-        assert np.array_equal(got, _search_block_numpy(Q, probes, disk, k, C))
+        assert_same(got, _search_block_numpy(Q, probes, disk, k, C))
 
 
 def test_other_dtypes_take_the_numpy_path():
@@ -153,8 +163,7 @@ def test_other_dtypes_take_the_numpy_path():
     X, labels, Q, C = clustered(rng, 300, 4, 5, np.float16, integer=True)
     index = make_index(X, labels, 5)
     probes = all_probes(Q.shape[0], 5)
-    assert np.array_equal(search_block(Q, probes, index, 3, C),
-                          _search_block_numpy(Q, probes, index, 3, C))
+    assert_same(search_block(Q, probes, index, 3, C), _search_block_numpy(Q, probes, index, 3, C))
 
 
 def test_empty_query_block():

@@ -477,3 +477,36 @@ def test_lanczos_batches_serve_the_deflated_eigenpairs_in_order(monkeypatch, bat
         assert abs(vec @ v[:, j]) == pytest.approx(1.0, abs=1e-8)
         vals.append(lam)
         vecs.append(vec)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chunk_statistics_equal_scipy_with_skipped_entries(dtype):
+    """SᵀS (sorted, no explicit zeros), column sums and SᵀX from the numba kernel
+    equal scipy's products; entries with index −1 or weight 0 are not edges."""
+    rng = np.random.default_rng(8)
+    n, m, ell = 500, 37, 4
+    idx = rng.integers(0, m, (n, ell))
+    w = rng.random((n, ell))
+    idx[::9, 1] = -1
+    w[::7, 2] = 0.0
+    idx[5] = -1  # an outlier row
+    X = rng.standard_normal((n, 6)).astype(dtype)
+    st = chunk_statistics(X, idx, w, m)
+    keep = (idx >= 0) & (w > 0)
+    S = sp.csr_matrix((w[keep], (np.nonzero(keep)[0], idx[keep])), shape=(n, m))
+    np.testing.assert_allclose(st.sts.toarray(), (S.T @ S).toarray(), rtol=1e-13, atol=1e-15)
+    assert st.sts.has_sorted_indices and (st.sts.data != 0).all()
+    np.testing.assert_allclose(st.colsum, np.asarray(S.sum(axis=0)).ravel(), rtol=1e-13)
+    np.testing.assert_allclose(st.stx, S.T @ X.astype(np.float64), rtol=1e-12, atol=1e-12)
+
+
+def test_spectral_rows_equal_the_gathered_sum():
+    from dqkm.kernels.kmm import spectral_rows
+
+    rng = np.random.default_rng(9)
+    idx = rng.integers(0, 30, (200, 5))
+    idx[::6, 3] = -1
+    w = rng.random((200, 5))
+    Wmap = rng.standard_normal((30, 4))
+    ref = np.einsum("ik,ikc->ic", np.where(idx >= 0, w, 0.0), Wmap[np.maximum(idx, 0)])
+    np.testing.assert_allclose(spectral_rows(idx, w, Wmap), ref, rtol=1e-13, atol=1e-14)
