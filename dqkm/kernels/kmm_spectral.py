@@ -93,7 +93,8 @@ def _sts_kernel(idx, w, X, m):
                 for k in range(d):
                     stx[j, k] += v * X[i, k]
     indptr = np.zeros(m + 1, np.int64)
-    cap = max(16, cnt[m] * ell)
+    # the output grows by doubling: at most min(m², entries·l) non-zeros, usually far fewer
+    cap = max(16, min(2 * cnt[m], m * m))
     indices = np.empty(cap, np.int64)
     data = np.empty(cap)
     acc = np.zeros(m)
@@ -116,6 +117,14 @@ def _sts_kernel(idx, w, X, m):
                         nc += 1
                     acc[q] += v * u
         srt = np.sort(cols[:nc])
+        if nnz + nc > indices.size:
+            grown = max(2 * indices.size, nnz + nc)
+            indices2 = np.empty(grown, np.int64)
+            data2 = np.empty(grown)
+            indices2[:nnz] = indices[:nnz]
+            data2[:nnz] = data[:nnz]
+            indices = indices2
+            data = data2
         for t in range(nc):
             q = srt[t]
             if acc[q] != 0.0:
