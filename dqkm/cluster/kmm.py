@@ -12,6 +12,7 @@ from sklearn.utils import check_array, check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
+from ..kernels.kmm_spectral import SVD_ALGORITHMS
 from ..parallel.engine import SchedulerLostError, maybe_persist
 from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
                             prototype_distances, read_rows, write_rows)
@@ -25,7 +26,6 @@ __all__ = ["KMultipleMeans"]
 
 _INIT_OPTIONS = {"random", "k-means++"}
 _SOLVERS = {"fast", "svd"}
-_SVD_ALGORITHMS = {"auto", "dense", "arpack"}
 
 
 class KMultipleMeans(DqkmClusterer):
@@ -191,9 +191,9 @@ class KMultipleMeans(DqkmClusterer):
         if self.solver not in _SOLVERS:
             raise ValueError(f"The 'solver' parameter of {owner} must be one of "
                              f"{sorted(_SOLVERS)}. Got {self.solver!r} instead.")
-        if not isinstance(self.svd_algorithm, str) or self.svd_algorithm not in _SVD_ALGORITHMS:
+        if not isinstance(self.svd_algorithm, str) or self.svd_algorithm not in SVD_ALGORITHMS:
             raise ValueError(f"The 'svd_algorithm' parameter of {owner} must be one of "
-                             f"{sorted(_SVD_ALGORITHMS)}. Got {self.svd_algorithm!r} instead.")
+                             f"{sorted(SVD_ALGORITHMS)}. Got {self.svd_algorithm!r} instead.")
         if not isinstance(self.detect_outliers, (bool, np.bool_)):
             raise TypeError(f"The 'detect_outliers' parameter of {owner} must be a bool. "
                             f"Got {self.detect_outliers!r} instead.")
