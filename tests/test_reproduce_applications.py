@@ -1,0 +1,72 @@
+"""examples/reproduce_applications.py: the stored results it resumes from, its N/A rule and
+its argument checks (the script itself is run at full size by hand; see docs/BENCHMARKS.md)."""
+
+import importlib.util
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "examples", "reproduce_applications.py")
+
+
+@pytest.fixture(scope="module")
+def rep():
+    spec = importlib.util.spec_from_file_location("reproduce_applications", _PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+SMALL = ["--datasets", "breast cancer", "--seeds", "2", "--no-svm", "--palm-iter-init", "5",
+         "--palm-iter", "3"]
+
+
+def test_results_file_is_written_and_resumed(rep, tmp_path, monkeypatch, capsys):
+    path = str(tmp_path / "r.json")
+    rep.main(SMALL + ["--results", path])
+    first = capsys.readouterr().out
+    with open(path) as f:
+        stored = json.load(f)
+    assert [(r["key"]["dataset"], r["key"]["K"], r["key"]["seed"]) for r in stored] == \
+        [("breast cancer", 64, 0), ("breast cancer", 64, 1)]
+    assert os.listdir(tmp_path) == ["r.json"]  # no temporary file left behind
+    values = dict((tuple(k), v) for k, v in stored[0]["values"])
+    assert 0.8 < values[("1-NN acc", "ClusterIndex(K-means)")] <= 1.0
+    assert ("SVM acc", "K-means") not in values  # --no-svm
+
+    def must_not_run(*args):
+        raise AssertionError("a stored case was computed again")
+
+    monkeypatch.setattr(rep, "run_one", must_not_run)
+    rep.main(SMALL + ["--results", path])
+    again = capsys.readouterr().out
+    table = [line for line in first.splitlines() if line.startswith("|")]
+    assert table and table == [line for line in again.splitlines() if line.startswith("|")]
+
+    # other settings are another case: computed, and stored beside the first ones
+    monkeypatch.undo()
+    rep.main(["--datasets", "breast cancer", "--seeds", "1", "--no-svm", "--palm-iter-init", "6",
+              "--palm-iter", "3", "--results", path])
+    with open(path) as f:
+        assert len(json.load(f)) == 3
+
+
+def test_not_available_cells(rep):
+    assert rep.fmt([math.nan, math.nan]) == "N/A"
+    assert rep.fmt([0.5, math.nan, 0.7]) == "0.600 ± 0.100 (2 of 3 seeds)"
+    assert rep.fmt(np.array([0.25, 0.75])) == "0.500 ± 0.250"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0"], "--seeds must be a positive integer, got 0"),
+    (["--tree-budget", "0"], "--tree-budget must be positive, got 0.0"),
+    (["--blob-ks", "1"], r"--blob-ks must be integers >= 2, got \[1\]"),
+])
+def test_bad_arguments(rep, capsys, args, message):
+    with pytest.raises(SystemExit):
+        rep.main(args)
+    assert re.search(message, capsys.readouterr().err)
