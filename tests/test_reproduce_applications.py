@@ -65,8 +65,21 @@ def test_not_available_cells(rep):
     (["--seeds", "0"], "--seeds must be a positive integer, got 0"),
     (["--tree-budget", "0"], "--tree-budget must be positive, got 0.0"),
     (["--blob-ks", "1"], r"--blob-ks must be integers >= 2, got \[1\]"),
+    (["--svm-landmarks", "random"], r"--svm-landmarks: invalid choice: 'random'"),
 ])
 def test_bad_arguments(rep, capsys, args, message):
     with pytest.raises(SystemExit):
         rep.main(args)
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_svm_on_chosen_landmarks_only(rep, tmp_path):
+    path = str(tmp_path / "r.json")
+    rep.main(["--datasets", "breast cancer", "--seeds", "1", "--palm-iter-init", "5",
+              "--palm-iter", "3", "--svm-landmarks", "K-means", "uniform", "--results", path])
+    with open(path) as f:
+        (stored,) = json.load(f)
+    assert stored["key"]["settings"]["svm_landmarks"] == ["K-means", "uniform"]
+    svm = {k[1]: v for k, v in stored["values"] if k[0] == "SVM acc"}
+    assert set(svm) == {"K-means", "uniform"}
+    assert all(0.8 < v <= 1.0 for v in svm.values())
