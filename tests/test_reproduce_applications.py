@@ -83,3 +83,20 @@ def test_svm_on_chosen_landmarks_only(rep, tmp_path):
     svm = {k[1]: v for k, v in stored["values"] if k[0] == "SVM acc"}
     assert set(svm) == {"K-means", "uniform"}
     assert all(0.8 < v <= 1.0 for v in svm.values())
+
+
+def test_would_exceed_projects_without_the_fixed_overhead(rep):
+    import time
+
+    X = np.zeros((1000, 2))
+
+    def overhead_then_cheap(Q):  # 20 ms per call + 0.1 ms per row: 0.12 s for all 1000
+        time.sleep(0.02 + 1e-4 * len(Q))
+
+    def slow_per_row(Q):  # 1 ms per row: 1 s for all 1000
+        time.sleep(1e-3 * len(Q))
+
+    # from 10 rows alone the first would look like 2 s; from 10 and 50 rows it is ≈ 0.12 s
+    assert not rep.would_exceed(overhead_then_cheap, X, 0.5)
+    assert rep.would_exceed(slow_per_row, X, 0.5)
+    assert not rep.would_exceed(slow_per_row, X, 5.0)
