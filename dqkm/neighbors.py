@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 
+import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, clone
@@ -19,7 +20,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from .cluster._base import check_param, is_lazy, validate_input
 from .parallel.engine import broadcast, compute
-from .parallel.neighbors import (build_index, center_sq_distances, probe_clusters,
+from .parallel.data import to_dask
+from .parallel.neighbors import (build_index, center_sq_distances, drop_self, probe_clusters,
                                  query_block_rows, search)
 
 __all__ = ["ClusterIndex"]
@@ -187,12 +189,18 @@ class ClusterIndex(BaseEstimator):
         return out
 
     # ------------------------------------------------------------ inference
-    def kneighbors(self, X, n_neighbors=1, return_distance=True):
+    def kneighbors(self, X=None, n_neighbors=1, return_distance=True):
         """The ``n_neighbors`` nearest indexed rows of every query.
 
         Parameters
         ----------
-        X : array-like, Dask or Zarr array of shape (n_queries, n_features)
+        X : array-like, Dask or Zarr array of shape (n_queries, n_features), optional
+            None: the neighbours of every indexed row among the *other*
+            indexed rows (as scikit-learn's ``kneighbors()``), returned in
+            the order of the X given to :meth:`fit` — NumPy arrays for an
+            in-memory index, lazy Dask arrays for a Zarr-backed one.  With
+            ``n_probe = 1`` each row searches its own cluster (no assignment
+            pass).
         n_neighbors : int, default=1
         return_distance : bool, default=True
 
@@ -210,16 +218,9 @@ class ClusterIndex(BaseEstimator):
         ``n_neighbors`` rows).
         """
         check_is_fitted(self, "index_")
-        owner = type(self).__name__
-        if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
-            raise TypeError(f"The 'n_neighbors' parameter of {owner}.kneighbors must be an "
-                            f"int in the range [1, {self.n_samples_fit_}]. Got "
-                            f"{n_neighbors!r} instead.")
-        if n_neighbors < 1 or n_neighbors > self.n_samples_fit_:
-            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = "
-                             f"{n_neighbors}, n_samples_fit = {self.n_samples_fit_}: the "
-                             f"'n_neighbors' parameter of {owner}.kneighbors must be in the "
-                             f"range [1, {self.n_samples_fit_}].")
+        self._check_n_neighbors(n_neighbors, query_is_train=X is None)
+        if X is None:
+            return self._kneighbors_indexed(int(n_neighbors), return_distance)
         Qd, lazy = self._validate(X, reset=False)
         if not lazy:
             Qd = Qd.rechunk({0: query_block_rows(Qd.shape[0])})
@@ -230,6 +231,84 @@ class ClusterIndex(BaseEstimator):
             dist, ind = compute(dist, ind)
             dist, ind = np.asarray(dist), np.asarray(ind)
         return (dist, ind) if return_distance else ind
+
+    def _check_n_neighbors(self, n_neighbors, *, query_is_train):
+        owner = type(self).__name__
+        hi = self.n_samples_fit_ - 1 if query_is_train else self.n_samples_fit_
+        if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
+            raise TypeError(f"The 'n_neighbors' parameter of {owner}.kneighbors must be an "
+                            f"int in the range [1, {hi}]. Got {n_neighbors!r} instead.")
+        if n_neighbors < 1 or n_neighbors > hi:
+            what = ("n_samples_fit - 1 (X=None: a row is not its own neighbour)"
+                    if query_is_train else "n_samples_fit")
+            raise ValueError(f"Expected n_neighbors <= {what}, but n_neighbors = "
+                             f"{n_neighbors}, n_samples_fit = {self.n_samples_fit_}: the "
+                             f"'n_neighbors' parameter of {owner}.kneighbors must be in the "
+                             f"range [1, {hi}].")
+
+    def _kneighbors_indexed(self, k, return_distance):
+        """``kneighbors(None, k)``: every indexed row against the others."""
+        index = self.index_
+        if index.in_memory:
+            Qd = to_dask(index.X, query_block_rows(index.n_samples), copy=False)
+            ids = da.from_array(index.ids, chunks=(Qd.chunks[0],))
+        else:
+            g = index._open()
+            Qd = to_dask(g[0])
+            ids = to_dask(g[1], Qd.chunks[0])
+        if self.n_probe == 1:  # the index holds every row in its own (predicted) cluster
+            own = np.repeat(np.arange(index.n_clusters, dtype=np.int64), self.cluster_sizes_)
+            probes = da.from_array(own[:, None], chunks=(Qd.chunks[0], 1))
+        else:
+            probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe),
+                                    self.n_probe)
+        dist, ind = search(Qd, probes, index, k + 1, self._centers)
+        out = da.map_blocks(drop_self, dist, ind, ids[:, None], k,
+                            chunks=(Qd.chunks[0], (2 * k,)), dtype=np.float64)
+        if index.in_memory:
+            res = compute(out)[0]
+            order = np.empty_like(res)
+            order[index.ids] = res  # cluster order → the order of fit's X
+            dist, ind = order[:, :k], order[:, k:].astype(np.int64)
+        else:  # lazy, in fit's order: the inverse permutation of the stored ids
+            perm = np.argsort(compute(ids)[0], kind="stable")
+            with dask.config.set({"array.slicing.split_large_chunks": False}):
+                out = out[perm]
+            dist, ind = out[:, :k], out[:, k:].astype(np.int64)
+        return (dist, ind) if return_distance else ind
+
+    def kneighbors_graph(self, X=None, n_neighbors=1, mode="connectivity"):
+        """The k-neighbours graph of the queries as a sparse matrix.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_queries, n_features), optional
+            None: the graph of the indexed rows (a row is not its own
+            neighbour), as :meth:`kneighbors`.
+        n_neighbors : int, default=1
+        mode : {'connectivity', 'distance'}, default='connectivity'
+            Entries 1, or the Euclidean distances.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix of shape (n_queries, n_samples_fit)
+            ``n_neighbors`` entries per row (computed into memory also for
+            lazy input), as :meth:`sklearn.neighbors.NearestNeighbors.kneighbors_graph`.
+        """
+        import scipy.sparse as sp
+
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f"The 'mode' parameter of {type(self).__name__}.kneighbors_graph "
+                             f"must be a str among {{'connectivity', 'distance'}}. Got "
+                             f"{mode!r} instead.")
+        dist, ind = self.kneighbors(X, n_neighbors, return_distance=True)
+        if isinstance(ind, da.Array):
+            dist, ind = compute(dist, ind)
+        n_q, k = ind.shape
+        data = np.ones(n_q * k) if mode == "connectivity" else np.asarray(dist).ravel()
+        indptr = np.arange(0, n_q * k + 1, k, dtype=np.int64)
+        return sp.csr_matrix((data, np.asarray(ind).ravel(), indptr),
+                             shape=(n_q, self.n_samples_fit_))
 
     def predict(self, X):
         """1-NN classification: the target of every query's nearest indexed row.

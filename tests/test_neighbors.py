@@ -193,3 +193,62 @@ def test_clone_keeps_a_fitted_clusterer(blobs, fitted_km):
     assert twin.fit(X, y).clusterer_ is fitted_km
     unfitted = dqkm.KMeans(8, random_state=0)
     assert clone(ClusterIndex(unfitted)).clusterer is not unfitted
+
+
+def test_kneighbors_of_the_indexed_rows_excludes_each_row(blobs, fitted_km, tmp_path):
+    """X=None: scikit-learn's semantics (every indexed row against the others), in fit's
+    row order, for in-memory and Zarr-backed indexes."""
+    X = blobs[0]
+    ref_d, ref_i = NearestNeighbors(algorithm="brute").fit(X).kneighbors(n_neighbors=4)
+    exact = ClusterIndex(fitted_km, n_probe=8).fit(X)
+    d, i = exact.kneighbors(n_neighbors=4)
+    np.testing.assert_array_equal(i, ref_i)
+    np.testing.assert_allclose(d, ref_d, rtol=1e-10, atol=1e-10)
+    onzarr = ClusterIndex(fitted_km, n_probe=8, store=tmp_path / "self.zarr").fit(X)
+    dz, iz = onzarr.kneighbors(n_neighbors=4)
+    assert isinstance(iz, da.Array)
+    np.testing.assert_array_equal(iz.compute(), i)
+    np.testing.assert_array_equal(dz.compute(), d)
+    # one probe: each row searches its own cluster; the same as querying X with one more
+    # neighbour and removing the row itself
+    one = ClusterIndex(fitted_km, n_probe=1).fit(X)
+    d1, i1 = one.kneighbors(n_neighbors=3)
+    qd, qi = one.kneighbors(X, n_neighbors=4)
+    for r in range(len(X)):
+        keep = qi[r] != r
+        assert not keep.all()  # the row finds itself first (distance 0)
+        np.testing.assert_array_equal(i1[r], qi[r][keep])
+        np.testing.assert_array_equal(d1[r], qd[r][keep])
+    assert not (i1 == np.arange(len(X))[:, None]).any()
+    np.testing.assert_array_equal(one.kneighbors(n_neighbors=3, return_distance=False), i1)
+
+
+def test_kneighbors_of_the_indexed_rows_with_duplicates():
+    X = np.repeat(np.arange(12, dtype=np.float64).reshape(6, 2), 3, axis=0)  # 3 copies each
+    idx = ClusterIndex(dqkm.KMeans(3, random_state=0), n_probe=3).fit(X)
+    d, i = idx.kneighbors(n_neighbors=2)
+    assert not (i == np.arange(18)[:, None]).any()
+    np.testing.assert_array_equal(d, 0.0)  # the two other copies
+    np.testing.assert_array_equal(i // 3, np.arange(18)[:, None] // 3 * np.ones((1, 2), int))
+
+
+def test_kneighbors_graph_matches_sklearn(blobs, fitted_km):
+    X, _, Q, _ = blobs
+    nn = NearestNeighbors(algorithm="brute").fit(X)
+    idx = ClusterIndex(fitted_km, n_probe=8).fit(X)
+    for mode in ("connectivity", "distance"):
+        for q in (Q, None):
+            g = idx.kneighbors_graph(q, n_neighbors=3, mode=mode)
+            ref = nn.kneighbors_graph(q, n_neighbors=3, mode=mode)
+            assert g.format == "csr" and g.shape == ref.shape
+            np.testing.assert_array_equal(g.indices, ref.indices)
+            np.testing.assert_allclose(g.toarray(), ref.toarray(), rtol=1e-10, atol=1e-10)
+    lazy = idx.kneighbors_graph(da.from_array(Q, chunks=100), n_neighbors=2)
+    np.testing.assert_array_equal(lazy.toarray(), idx.kneighbors_graph(Q, 2).toarray())
+    with pytest.raises(ValueError, match="'mode' parameter of ClusterIndex.kneighbors_graph "
+                                         "must be a str among"):
+        idx.kneighbors_graph(Q, mode="weights")
+    with pytest.raises(ValueError, match=r"n_neighbors <= n_samples_fit - 1 .*n_neighbors = "
+                                         r"1200, n_samples_fit = 1200"):
+        idx.kneighbors(n_neighbors=1200)
+    assert idx.kneighbors(n_neighbors=1199)[1].shape == (1200, 1199)

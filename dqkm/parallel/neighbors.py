@@ -413,6 +413,35 @@ def search(Qd, probes, index, n_neighbors, centers):
     return out[:, :k], out[:, k:].astype(np.int64)
 
 
+def drop_self(dist, ind, ids, k):
+    """Remove each query row's own id from its ``k + 1`` neighbours.
+
+    Parameters
+    ----------
+    dist, ind : ndarray of shape (m, k + 1)
+        Neighbours of indexed rows searched among all indexed rows.
+    ids : ndarray of shape (m,) or (m, 1)
+        The id of each query row.
+    k : int
+
+    Returns
+    -------
+    ndarray of shape (m, 2·k), float64: distances then ids, as :func:`search_block`.
+
+    A row whose own id is not among its ``k + 1`` (duplicates with lower ids
+    fill them all, or the row's cluster was not probed) drops its last
+    neighbour instead: the result is the ``k`` nearest other rows found.
+    """
+    ind = np.asarray(ind)
+    keep = ind != np.asarray(ids).reshape(-1, 1)
+    absent = keep.all(axis=1)
+    keep[absent, -1] = False
+    out = np.empty((ind.shape[0], 2 * k), dtype=np.float64)
+    out[:, :k] = np.asarray(dist)[keep].reshape(-1, k)
+    out[:, k:] = ind[keep].reshape(-1, k)
+    return out
+
+
 # ============================================================================ Nyström
 def landmark_products(X, op):
     """``X·Uᵀ`` for a landmark operator: a dense (K, D) ndarray, or any object
