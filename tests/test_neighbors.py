@@ -252,3 +252,20 @@ def test_kneighbors_graph_matches_sklearn(blobs, fitted_km):
                                          r"1200, n_samples_fit = 1200"):
         idx.kneighbors(n_neighbors=1200)
     assert idx.kneighbors(n_neighbors=1199)[1].shape == (1200, 1199)
+
+
+def test_zarr_backed_index_pickles_small_and_reopens(blobs, fitted_km, tmp_path):
+    """A stored index travels as its path: the pickle holds no rows, and the unpickled
+    estimator (e.g. in another process) answers the same from the store."""
+    import pickle
+
+    X, y, Q, _ = blobs
+    idx = ClusterIndex(fitted_km, n_probe=2, store=tmp_path / "p.zarr").fit(X, y)
+    d0, i0 = idx.kneighbors(Q, 3)
+    blob = pickle.dumps(idx)
+    assert len(blob) < X.nbytes / 2  # the rows are not in it (targets and labels are)
+    again = pickle.loads(blob)
+    d1, i1 = again.kneighbors(Q, 3)
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(d1, d0)
+    np.testing.assert_array_equal(again.predict(Q), idx.predict(Q))
