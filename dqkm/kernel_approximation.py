@@ -21,7 +21,7 @@ import math
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
@@ -65,7 +65,7 @@ def _inverse_sqrt_psd(W):
     return (evecs * inv) @ evecs.T
 
 
-class FactorNystroem(TransformerMixin, BaseEstimator):
+class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Nyström feature map with landmarks from (Q)K-means, uniform rows or Fast-Nyström.
 
     ``transform(X) = k(X, U) · W^{+1/2}`` with ``W = k(U, U)``, so that

@@ -238,3 +238,15 @@ def test_clone_keeps_fitted_landmarks_for_pipelines(digits, km64):
     assert scores.min() > 0.8
     uni = FactorNystroem("uniform", n_components=7)
     assert clone(uni).get_params() == uni.get_params()
+
+
+def test_feature_names_out_and_pandas_output():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 4))
+    fn = FactorNystroem(n_components=7, random_state=0).fit(X)
+    names = fn.get_feature_names_out()
+    assert list(names) == [f"factornystroem{i}" for i in range(7)]
+    pd = pytest.importorskip("pandas", reason="set_output('pandas') needs pandas")
+    df = fn.set_output(transform="pandas").transform(X)
+    assert isinstance(df, pd.DataFrame) and list(df.columns) == list(names)
+    np.testing.assert_array_equal(df.to_numpy(), fn.set_output(transform="default").transform(X))
