@@ -93,8 +93,8 @@ class ClusterIndex(BaseEstimator):
         self.overwrite = overwrite
 
     # ----------------------------------------------------------------- helpers
-    def _validate(self, X, *, reset):
-        return validate_input(self, X, reset=reset)
+    def _validate(self, X, *, reset, row_chunks=None):
+        return validate_input(self, X, reset=reset, row_chunks=row_chunks)
 
     def _check_clusterer(self):
         c = self.clusterer
@@ -221,9 +221,8 @@ class ClusterIndex(BaseEstimator):
         self._check_n_neighbors(n_neighbors, query_is_train=X is None)
         if X is None:
             return self._kneighbors_indexed(int(n_neighbors), return_distance)
-        Qd, lazy = self._validate(X, reset=False)
-        if not lazy:
-            Qd = Qd.rechunk({0: query_block_rows(Qd.shape[0])})
+        # in-memory queries: one block per core, views of X (no copy)
+        Qd, lazy = self._validate(X, reset=False, row_chunks=query_block_rows)
         probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe), self.n_probe)
         dist, ind = search(Qd, probes, self.index_, int(n_neighbors), self._centers)
         if not lazy:

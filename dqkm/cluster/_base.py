@@ -71,14 +71,16 @@ def check_n_features(estimator, n_features, *, reset):
                          f"expecting {estimator.n_features_in_} features as input.")
 
 
-def validate_input(estimator, X, *, reset: bool):
+def validate_input(estimator, X, *, reset: bool, row_chunks=None):
     """Return ``(Xd, lazy)``: X as a row-chunked float Dask array, and whether
     the caller gave a lazy (Dask/Zarr) input.  Shared by every dqkm estimator.
 
     In-memory input goes through scikit-learn's ``validate_data`` (the usual
     messages, ``n_features_in_``, feature names); lazy input is checked for
     ndim, dtype and the number of features without reading it — non-finite
-    values are detected during the first pass.
+    values are detected during the first pass.  ``row_chunks`` (a function of
+    the number of rows) sets the rows per block of in-memory input, whose
+    blocks are views of it (lazy input keeps its chunks).
     """
     if not is_lazy(X):
         if not reset:
@@ -86,7 +88,8 @@ def validate_input(estimator, X, *, reset: bool):
         Xc = validate_data(estimator, X, reset=reset, dtype=[np.float64, np.float32],
                            accept_sparse=False, ensure_min_samples=1)
         # Xc is read only by this call's passes: no defensive copy of it
-        return to_dask(Xc, copy=False), False
+        chunks = None if row_chunks is None else row_chunks(Xc.shape[0])
+        return to_dask(Xc, chunks, copy=False), False
     Xd = to_dask(X)
     if Xd.ndim != 2:
         raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "

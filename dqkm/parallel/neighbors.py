@@ -372,15 +372,16 @@ def probe_clusters(assign, n_probe):
 
 
 def query_block_rows(n_queries):
-    """Rows per block of in-memory queries: one block per core, 1024–16384 rows.
+    """Rows per block of in-memory queries: one block per core, 1024–65536 rows.
 
-    Every block streams the clusters it probes through the cache, so large
-    blocks (many queries per cluster) amortise that read; one block per core
-    keeps the cores busy.
+    Every block reads each cluster it probes once from memory, so large
+    blocks (many queries per cluster: larger GEMMs) amortise that read; one
+    block per core keeps the cores busy.  (100k queries at K = 512, D = 2000,
+    one thread: blocks of 50,000 searched in 1.6 s, of 16,384 in 2.0 s.)
     """
     from .engine import cpu_count
 
-    return int(min(max(1024, -(-n_queries // cpu_count())), 16384, max(1, n_queries)))
+    return int(min(max(1024, -(-n_queries // cpu_count())), 65536, max(1, n_queries)))
 
 
 def search(Qd, probes, index, n_neighbors, centers):
