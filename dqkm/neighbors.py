@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numbers
 
-import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, clone
@@ -196,11 +195,11 @@ class ClusterIndex(BaseEstimator):
         ----------
         X : array-like, Dask or Zarr array of shape (n_queries, n_features), optional
             None: the neighbours of every indexed row among the *other*
-            indexed rows (as scikit-learn's ``kneighbors()``), returned in
-            the order of the X given to :meth:`fit` — NumPy arrays for an
-            in-memory index, lazy Dask arrays for a Zarr-backed one.  With
-            ``n_probe = 1`` each row searches its own cluster (no assignment
-            pass).
+            indexed rows (as scikit-learn's ``kneighbors()``), as NumPy
+            arrays in the order of the X given to :meth:`fit` (computed into
+            memory also for a Zarr-backed index: n_samples_fit × n_neighbors
+            distances and ids).  With ``n_probe = 1`` each row searches its
+            own cluster (no assignment pass).
         n_neighbors : int, default=1
         return_distance : bool, default=True
 
@@ -264,16 +263,14 @@ class ClusterIndex(BaseEstimator):
         dist, ind = search(Qd, probes, index, k + 1, self._centers)
         out = da.map_blocks(drop_self, dist, ind, ids[:, None], k,
                             chunks=(Qd.chunks[0], (2 * k,)), dtype=np.float64)
-        if index.in_memory:
-            res = compute(out)[0]
-            order = np.empty_like(res)
-            order[index.ids] = res  # cluster order → the order of fit's X
-            dist, ind = order[:, :k], order[:, k:].astype(np.int64)
-        else:  # lazy, in fit's order: the inverse permutation of the stored ids
-            perm = np.argsort(compute(ids)[0], kind="stable")
-            with dask.config.set({"array.slicing.split_large_chunks": False}):
-                out = out[perm]
-            dist, ind = out[:, :k], out[:, k:].astype(np.int64)
+        # into memory, then from cluster order to the order of fit's X (a lazy
+        # permutation would cost dask's take a task per pair of chunks)
+        res, row_ids = compute(out, ids)
+        res = np.asarray(res)
+        ordered = np.empty_like(res)
+        ordered[np.asarray(row_ids)] = res
+        del res
+        dist, ind = ordered[:, :k], ordered[:, k:].astype(np.int64)
         return (dist, ind) if return_distance else ind
 
     def kneighbors_graph(self, X=None, n_neighbors=1, mode="connectivity"):
