@@ -203,11 +203,21 @@ def load_results(path):
         return json.load(f)
 
 
+def _key_text(record):
+    return json.dumps(record["key"], sort_keys=True)
+
+
 def save_results(path, results):
-    """Write the whole file under a temporary name, then rename: never half-written."""
+    """Write the whole file under a temporary name, then rename: never half-written.
+
+    Records another run wrote to the file since this one read it are kept
+    (merged by key), so runs of other cases may share one file.
+    """
+    merged = {_key_text(r): r for r in load_results(path)}
+    merged.update((_key_text(r), r) for r in results)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(results, f, indent=1)
+        json.dump(list(merged.values()), f, indent=1)
     os.replace(tmp, path)
 
 
@@ -254,7 +264,8 @@ def main(argv=None):
                         "this many times ClusterIndex(K-means)'s time (default 10, as the "
                         "preprint)")
     p.add_argument("--results", help="JSON file of finished (data set, K, seed) results: "
-                                     "read to skip them, written after each one")
+                                     "read to skip them, written after each one (merged "
+                                     "with what other runs wrote there meanwhile)")
     a = p.parse_args(argv)
     for flag, v in (("--seeds", a.seeds), ("--blob-centers", a.blob_centers),
                     ("--palm-iter", a.palm_iter), ("--palm-iter-init", a.palm_iter_init),

@@ -55,6 +55,19 @@ def test_results_file_is_written_and_resumed(rep, tmp_path, monkeypatch, capsys)
         assert len(json.load(f)) == 3
 
 
+def test_runs_sharing_a_results_file_keep_each_others_records(rep, tmp_path):
+    path = str(tmp_path / "shared.json")
+    a = {"key": {"dataset": "blobs", "K": 128, "seed": 0, "settings": {"x": 1}}, "values": [1]}
+    b = {"key": {"dataset": "blobs", "K": 512, "seed": 0, "settings": {"x": 1}}, "values": [2]}
+    rep.save_results(path, [a])  # run A
+    rep.save_results(path, [b])  # run B, which read the file before A wrote it
+    assert rep.load_results(path) == [a, b]
+    a2 = dict(a, values=[3])  # the same case again: replaced, not duplicated
+    rep.save_results(path, [a2])
+    assert rep.load_results(path) == [a2, b]
+    assert os.listdir(tmp_path) == ["shared.json"]
+
+
 def test_not_available_cells(rep):
     assert rep.fmt([math.nan, math.nan]) == "N/A"
     assert rep.fmt([0.5, math.nan, 0.7]) == "0.600 ± 0.100 (2 of 3 seeds)"
