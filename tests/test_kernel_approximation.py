@@ -246,7 +246,8 @@ def test_feature_names_out_and_pandas_output():
     fn = FactorNystroem(n_components=7, random_state=0).fit(X)
     names = fn.get_feature_names_out()
     assert list(names) == [f"factornystroem{i}" for i in range(7)]
-    pd = pytest.importorskip("pandas", reason="set_output('pandas') needs pandas")
+    pd = pytest.importorskip("pandas", reason="set_output('pandas') needs pandas (in the "
+                                              "'test' extra; absent in a bare install)")
     df = fn.set_output(transform="pandas").transform(X)
     assert isinstance(df, pd.DataFrame) and list(df.columns) == list(names)
     np.testing.assert_array_equal(df.to_numpy(), fn.set_output(transform="default").transform(X))
