@@ -16,11 +16,20 @@ one after another) with BLAS limited to ``--blas-threads`` (default 1: the
 machine is shared; the numba kernel is single-threaded).  Per setting: best of
 ``--repeat`` seconds, GFlop/s = 2·Σ rows scanned·D / s (the GEMM work; the
 exact recomputation of the candidates is not counted), the ratio, and whether
-the (distances, ids) of the two are identical.  The last line is one dense
-GEMM of the size of the n_probe = 1 scan for comparison.  Run:
+the (distances, ids) of the two are identical — where not, the queries that
+differ are searched by brute force in float64 to say which side is exact
+(the NumPy path trusts the float32 GEMM's scores and misses near-ties).  The last line is one dense
+GEMM of the size of the n_probe = 1 scan for comparison.
+
+``--block-rows N [N ...]`` adds a table of ``search_block`` alone at the first
+n_probe and k for each query block size N (the default block is the first
+row): seconds, GFlop/s and whether the result is identical to the default
+block's — the measurement behind ``query_block_rows``'s sizes.  Run:
 
     .venv/bin/python benchmarks/bench_cluster_search.py            # 100k × 2000, K = 512
     .venv/bin/python benchmarks/bench_cluster_search.py --quick    # 20k × 500, K = 128
+    .venv/bin/python benchmarks/bench_cluster_search.py --n-queries 100000 \
+        --n-probe 1 --n-neighbors 1 --block-rows 4096 16384 50000 --repeat 2
 """
 
 from __future__ import annotations
@@ -65,6 +74,31 @@ def run_search(fn, Q, probes, index, k, centers, block):
                            for a in range(0, Q.shape[0], block)])
 
 
+def exact_knn(q, probes, index, k):
+    """Brute-force k-NN of one query among its probed clusters: float64
+    distances of the stored values, ties by the lower id."""
+    rows = np.concatenate([np.arange(index.offsets[c], index.offsets[c + 1])
+                           for c in np.unique(probes)])
+    d2 = ((index.X[rows].astype(np.float64) - q.astype(np.float64)) ** 2).sum(axis=1)
+    order = np.lexsort((index.ids[rows], d2))[:k]
+    return np.sqrt(d2[order]), index.ids[rows][order]
+
+
+def compare(old, new, Q, probes, index, k):
+    """"yes" when the two results are identical; else how many queries differ
+    and, checked by brute force on those, which side is the exact k-NN."""
+    if np.array_equal(old, new):
+        return "yes"
+    rows = np.flatnonzero((old != new).any(axis=1))
+    ok_old = ok_new = 0
+    for r in rows:
+        d, ids = exact_knn(Q[r], probes[r], index, k)
+        ok_old += bool(np.array_equal(old[r, k:], ids) and np.allclose(old[r, :k], d))
+        ok_new += bool(np.array_equal(new[r, k:], ids) and np.allclose(new[r, :k], d))
+    return (f"NO: {rows.size} of {old.shape[0]} queries differ; exact there: "
+            f"old {ok_old}, new {ok_new}")
+
+
 def best_of(repeat, fn):
     best, out = np.inf, None
     for _ in range(repeat):
@@ -86,7 +120,17 @@ def main(argv=None):
     ap.add_argument("--blas-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20k × 500, K = 128, 2000 queries")
+    ap.add_argument("--block-rows", type=int, nargs="+",
+                    help="also time search_block alone with these query block sizes")
     args = ap.parse_args(argv)
+    for flag, vals in (("--n", [args.n]), ("--dim", [args.dim]),
+                       ("--n-clusters", [args.n_clusters]), ("--n-queries", [args.n_queries]),
+                       ("--n-probe", args.n_probe), ("--n-neighbors", args.n_neighbors),
+                       ("--repeat", [args.repeat]), ("--blas-threads", [args.blas_threads]),
+                       ("--block-rows", args.block_rows or [])):
+        bad = [v for v in vals if v < 1]
+        if bad:
+            ap.error(f"{flag} must be positive integers, got {bad}")
     if args.quick:
         args.n, args.dim, args.n_clusters, args.n_queries = 20_000, 500, 128, 2000
 
@@ -116,9 +160,7 @@ def main(argv=None):
                     _search_block_numpy, Q, probes, index, k, centers, block))
                 new, t_new = best_of(args.repeat, lambda: run_search(
                     search_block, Q, probes, index, k, centers, block))
-                same = np.array_equal(old, new)
-                note = "yes" if same else (f"NO: {int((old != new).any(axis=1).sum())} "
-                                           f"of {old.shape[0]} queries differ")
+                note = compare(old, new, Q, probes, index, k)
                 print(f"{n_probe:>7} {k:>3} {scanned:>12} {t_old:>8.3f} {t_new:>8.3f} "
                       f"{gflop / t_old:>8.1f} {gflop / t_new:>8.1f} {t_old / t_new:>6.2f}  {note}")
         rows = int(round(counts.mean()))
@@ -126,6 +168,29 @@ def main(argv=None):
         _, t_gemm = best_of(args.repeat, lambda: Q @ B.T)
         print(f"dense GEMM ({Q.shape[0]} × {args.dim}) · ({args.dim} × {rows}): "
               f"{t_gemm:.3f} s, {2.0 * Q.shape[0] * rows * args.dim / 1e9 / t_gemm:.1f} GFlop/s")
+        if args.block_rows:
+            block_table(args, index, Q, centers, cdist, counts, block)
+
+
+def block_table(args, index, Q, centers, cdist, counts, default_block):
+    """``search_block`` alone, one query block after another, per block size."""
+    n_probe, k = args.n_probe[0], args.n_neighbors[0]
+    probes = _top_probes_block(cdist, n_probe)
+    gflop = 2.0 * int(counts[probes].sum()) * args.dim / 1e9
+    print(f"\nsearch_block by query block size (n_probe = {n_probe}, k = {k}, "
+          f"{Q.shape[0]} queries; default block {default_block} first)")
+    hdr = f"{'block rows':>10} {'blocks':>6} {'s':>8} {'GF/s':>8} {'vs default':>10}  identical"
+    print(hdr)
+    print("-" * len(hdr))
+    ref, t_ref = None, None
+    for b in [default_block] + [b for b in args.block_rows if b != default_block]:
+        out, t = best_of(args.repeat, lambda b=b: run_search(
+            search_block, Q, probes, index, k, centers, b))
+        if ref is None:
+            ref, t_ref = out, t
+        same = "yes" if np.array_equal(ref, out) else "NO"
+        print(f"{b:>10} {-(-Q.shape[0] // b):>6} {t:>8.3f} {gflop / t:>8.1f} "
+              f"{t_ref / t:>10.2f}  {same}")
 
 
 if __name__ == "__main__":

@@ -8,24 +8,28 @@ group
 
 1. scores every row of the tile by ``s_j = ‖x_j‖² − 2·G[r, j]`` (the same
    operations, in the same dtypes, as NumPy's ``sq_norms[None, :] − 2.0 * G``),
-2. keeps as candidates every row whose score is ≤ the ``kk``-th smallest
-   score (``kk = min(k, rows)``; every row of a tile with at most ``k`` rows):
-   the ``kk`` rows ``np.argpartition`` would pick — the scores have the same
-   bits, no slack is needed — plus any row tying with the last of them,
+2. keeps as candidates every row whose exact score may be among the
+   ``kk`` smallest (``kk = min(k, rows)``; every row of a tile with at most
+   ``k`` rows): the ``kk`` rows of smallest computed score, and every row
+   whose computed score, less a rounding-error bound, is at most the largest
+   of theirs plus its bound — so a float32 GEMM's rounding cannot drop a row
+   that is in truth nearer (near-ties a few ulps apart),
 3. skips a candidate whose exact distance provably exceeds the query's current
-   k-th best (a rounding-error bound on the score; it could not enter the
-   top-k), and recomputes the others' squared distances ``‖q − x‖²`` exactly
-   in float64, summed in the order of NumPy's
+   k-th best (the same rounding-error bound on the score; it could not enter
+   the top-k), and recomputes the others' squared distances ``‖q − x‖²``
+   exactly in float64, summed in the order of NumPy's
    ``np.einsum('ijk,ijk->ij', diff, diff)`` on the x86-64 baseline (see
-   :func:`sq_distance`), so there a pair gets the bits the NumPy
-   implementation gave it (elsewhere: the same value to rounding),
+   :func:`sq_distance`),
 4. merges them into the query's running top-k, kept sorted by the pair
    ``(distance², id)`` (ascending distance, ties by the lower id), in place.
 
-The result is therefore the NumPy implementation's (to the last bit on x86-64),
-except where that one cut ties arbitrarily: rows with the same score as the ``kk``-th candidate of a tile
-(all are candidates here) and rows at the same distance as the k-th neighbour
-(the lower ids win here).
+The result is therefore the k-NN by these float64 distances of the stored
+values (ties by the lower id) among the rows searched, whatever the GEMM's
+summation order: the same for every query block size, BLAS and thread count.
+The NumPy implementation it replaced (``_search_block_numpy``) picks exactly
+the ``kk`` smallest computed scores and so may miss such a near-tie in float32
+(26 of 100,000 queries at D = 2000 in ``benchmarks/bench_cluster_search.py``);
+elsewhere the two agree.
 
 All kernels are pure functions on NumPy arrays; inputs are never mutated and
 buffers written in place are marked ``# OUT``.
@@ -165,7 +169,7 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
         ``kk >= n``.
     gamma_g, gamma_s : float
         Rounding-error factors of the GEMM and of the squared norms
-        (:func:`pruning_gammas`); ``inf`` disables the pruning.
+        (:func:`pruning_gammas`); ``inf``: every row is a candidate, none skipped.
     best_d : ndarray of shape (m, k), float64 — OUT
         Running top-k squared distances per query row, ascending; ``inf`` when
         unused.
@@ -177,35 +181,49 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
     int
         The number of (query, row) pairs whose exact distance was computed.
 
-    Candidates: every row whose score ``sq_norms[j] − (G[r, j] + G[r, j])``
-    (the dtypes and roundings of NumPy's ``sq_norms[None, :] − 2.0 * G``) is
-    ≤ the ``kk``-th smallest score of the row — the ``kk`` rows
-    ``np.argpartition`` would pick, plus any row tying with the last of them.
-    They are taken in ascending score order; a candidate whose exact distance
-    provably exceeds the query's current k-th best is skipped (it could not
-    enter the top-k): with ``ν = ‖q‖·‖x‖``, ``‖q − x‖² ≥ ‖q‖² + s − E`` where
-    ``E = 2γ_G·ν + γ_S·(‖x‖² + |s| + 2ν) + ρ·(‖q‖² + ‖x‖² + |s| + 2ν)`` bounds
-    the GEMM's error (``|fl(q·x) − q·x| ≤ γ_G·‖q‖‖x‖`` in any summation order),
-    the squared norms' and the float64 roundings (``ρ = 4·(n_features + 8)·2⁻⁵³``);
-    the pair is skipped when ``(‖q‖² + s − E)·(1 − ρ)`` exceeds the k-th best
-    distance, so the computed float64 distance would exceed it too.  The
-    result is that of computing every candidate.
+    Scores ``s_j = sq_norms[j] − (G[r, j] + G[r, j])`` (the dtypes and
+    roundings of NumPy's ``sq_norms[None, :] − 2.0 * G``).  With
+    ``ν = ‖q‖·‖x_j‖``, ``E_j = 2γ_G·ν + γ_S·(‖x‖² + |s_j| + 2ν) + ρ·(‖q‖² + ‖x‖² +
+    |s_j| + 2ν)`` bounds the score's error — the GEMM's
+    (``|fl(q·x) − q·x| ≤ γ_G·‖q‖‖x‖`` in any summation order), the squared
+    norms' and the float64 roundings (``ρ = 4·(n_features + 8)·2⁻⁵³``).
+    Candidates: the ``kk`` rows of smallest score (any row tying with the
+    last of them too) and every row with ``s_j − E_j ≤ U``, ``U`` the largest
+    ``s + E`` of those ``kk`` — at least ``kk`` rows have an exact score
+    ``≤ U``, so no other row can be among the nearest ``kk`` of the tile.
+    They are taken in ascending score order; a candidate is skipped when
+    ``(‖q‖² + s_j − E_j)·(1 − ρ)`` — a lower bound on its exact distance —
+    exceeds the query's current k-th best, so the computed float64 distance
+    would exceed it too.  The result is that of computing every row's exact
+    distance.  With ``γ = inf`` (no bound) every row is a candidate.
     """
     g, n = G.shape
     k = best_d.shape[1]
     n_feat = Q.shape[1]
     rho = 4.0 * (n_feat + 8) * 2.0 ** -53
-    prune = gamma_g < np.inf and gamma_s < np.inf
+    bounded = gamma_g < np.inf and gamma_s < np.inf
     scores = np.empty(n, dtype=np.float64)
+    errs = np.empty(n, dtype=np.float64)
+    norms = np.empty(n, dtype=np.float64)
+    for j in range(n):
+        norms[j] = np.sqrt(max(np.float64(sq_norms[j]), 0.0))
     cand = np.empty(n, dtype=np.int64)
     top = np.empty(max(kk, 1), dtype=np.float64)
     computed = 0
     for r in range(g):
         qi = q_rows[r]
+        qq = q_sq[qi]
+        nq = np.sqrt(qq)
         nc = 0
         for j in range(n):
-            scores[j] = sq_norms[j] - (G[r, j] + G[r, j])
-        if kk >= n:
+            s = sq_norms[j] - (G[r, j] + G[r, j])
+            scores[j] = s
+            if bounded:
+                xx = np.float64(sq_norms[j])
+                nu = nq * norms[j]
+                errs[j] = (2.0 * gamma_g * nu + gamma_s * (xx + abs(s) + 2.0 * nu)
+                           + rho * (qq + xx + abs(s) + 2.0 * nu))
+        if kk >= n or not bounded:
             for j in range(n):
                 cand[j] = j
             nc = n
@@ -222,11 +240,17 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
                         p -= 1
                     top[p] = s
             thr = top[last]
+            # at least kk rows (those scoring <= thr) have an exact score <= upper;
+            # a row whose exact score may be <= upper is a candidate
+            upper = -np.inf
             for j in range(n):
                 if scores[j] <= thr:
+                    upper = max(upper, scores[j] + errs[j])
+            for j in range(n):
+                if scores[j] <= thr or scores[j] - errs[j] <= upper:
                     cand[nc] = j
                     nc += 1
-        if prune and nc <= 64:  # ascending score: the best first tighten the bound
+        if bounded and nc <= 64:  # ascending score: the best first tighten the bound
             for t in range(1, nc):
                 j = cand[t]
                 p = t
@@ -234,18 +258,10 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
                     cand[p] = cand[p - 1]
                     p -= 1
                 cand[p] = j
-        qq = q_sq[qi]
-        nq = np.sqrt(qq)
         for t in range(nc):
             j = cand[t]
-            if prune:
-                s = scores[j]
-                xx = np.float64(sq_norms[j])
-                nu = nq * np.sqrt(max(xx, 0.0))
-                e = (2.0 * gamma_g * nu + gamma_s * (xx + abs(s) + 2.0 * nu)
-                     + rho * (qq + xx + abs(s) + 2.0 * nu))
-                if (qq + s - e) * (1.0 - rho) > best_d[qi, k - 1]:
-                    continue
+            if bounded and (qq + scores[j] - errs[j]) * (1.0 - rho) > best_d[qi, k - 1]:
+                continue
             d = _sq_distance_at(Q, qi, Xt, j)
             insert_topk(best_d, best_i, qi, d, ids[j])
             computed += 1

@@ -196,8 +196,34 @@ def test_pruning_skips_pairs_without_changing_the_result(dtype):
         results.append((best_d, best_i, computed))
     (d1, i1, c1), (d2, i2, c2) = results
     assert np.array_equal(d1, d2) and np.array_equal(i1, i2)
-    assert c2 == 8 * 10 and c1 < c2
+    assert c2 == 8 * 120 and c1 < c2  # without a bound every row is computed
     assert (i1 < 60).all()
+
+
+def test_float32_near_ties_the_computed_scores_misorder_are_exact():
+    """Rows far from the origin (‖x‖ ≈ 1600, spread ≈ 1): the float32 GEMM's
+    rounding (≈ 0.1 in the score) exceeds many gaps between neighbours, so
+    the smallest computed score is often not the nearest row.  The search
+    still returns the brute-force k-NN (float64 distances of the stored
+    values), whatever the query blocks; the NumPy path, which trusts the
+    computed scores, does not — the case is one that tests the bound."""
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
+    Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
+    labels = rng.integers(0, 3, 400)
+    index = make_index(X, labels, 3)
+    C = np.full((3, 64), 200.0, dtype=np.float32)
+    probes = all_probes(Q.shape[0], 3)
+    for k in (1, 4):
+        ref = brute_force(Q, X, k)
+        got = search_block(Q, probes, index, k, C)
+        assert_same(got, ref)
+        for step in (1, 7, 64):  # other GEMM shapes, same result
+            parts = [search_block(Q[a:a + step], probes[a:a + step], index, k, C)
+                     for a in range(0, Q.shape[0], step)]
+            assert np.array_equal(np.vstack(parts), got)
+        old = _search_block_numpy(Q, probes, index, k, C)
+        assert not np.array_equal(old[:, k:], ref[:, k:])
 
 
 def test_pruning_gammas():
