@@ -251,3 +251,32 @@ def test_feature_names_out_and_pandas_output():
     df = fn.set_output(transform="pandas").transform(X)
     assert isinstance(df, pd.DataFrame) and list(df.columns) == list(names)
     np.testing.assert_array_equal(df.to_numpy(), fn.set_output(transform="default").transform(X))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", ["rbf", "linear"])
+def test_nystroem_block_in_pieces_equals_the_formula(monkeypatch, dtype, kernel):
+    """The block is mapped a few rows at a time with the kernel values written
+    over the products: the same features as the formula on the whole block,
+    whether a piece is a full one or the remainder, and the input untouched."""
+    import dqkm.parallel.neighbors as nb
+
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((53, 12)).astype(dtype)
+    U = rng.standard_normal((6, 12))
+    A = rng.standard_normal((6, 6))
+    N = A @ A.T
+    gamma = 0.05
+    P = X.astype(np.float64) @ U.T
+    C = rbf_kernel(X.astype(np.float64), U, gamma=gamma) if kernel == "rbf" else P
+    ref = C @ N.T
+    keep = X.copy()
+    state = (U.astype(dtype), (U ** 2).sum(1), N, kernel, gamma)
+    for rows in (1, 7, 53, 1024):
+        monkeypatch.setattr(nb, "_NYSTROEM_ROWS", rows)
+        got = nb.nystroem_block(X, state)
+        assert got.dtype == dtype and got.shape == (53, 6)
+        tol = 1e-4 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
+        np.testing.assert_array_equal(X, keep)
+    assert nb.nystroem_block(X[:0], state).shape == (0, 6)
