@@ -288,41 +288,151 @@ def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None,
 
 
 # ----------------------------------------------------------------------------- models
-def _split_params(params):
+_NESTED = "__dqkm_estimator__"
+# estimators that dqkm.load may rebuild (name -> module); nothing else is instantiated
+_MODEL_MODULES = {"ClusterIndex": "dqkm.neighbors",
+                  "FactorNystroem": "dqkm.kernel_approximation"}
+
+
+_OPERATOR = "__dqkm_operator__"
+
+
+def _is_model(v) -> bool:
+    return hasattr(v, "_get_state") and hasattr(v, "get_params") and not isinstance(v, type)
+
+
+def pack_operator(op, prefix=""):
+    """``(kind, arrays)`` of a dqkm linear operator (``SparseFactors``,
+    ``HadamardLandmarks``); ``(None, {})`` for anything else."""
+    from .kernels.hadamard import HadamardLandmarks
+    from .kernels.sparse_factors import SparseFactors
+
+    if isinstance(op, SparseFactors):
+        return "SparseFactors", {f"{prefix}{k}": v for k, v in op.to_arrays().items()}
+    if isinstance(op, HadamardLandmarks):
+        return "HadamardLandmarks", {f"{prefix}seeds": op.seeds, f"{prefix}blocks": op.blocks,
+                                     f"{prefix}rows": op.rows}
+    return None, {}
+
+
+def unpack_operator(kind, arrays, prefix=""):
+    """The operator :func:`pack_operator` packed."""
+    from .kernels.hadamard import HadamardLandmarks
+    from .kernels.sparse_factors import SparseFactors
+
+    own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    if kind == "SparseFactors":
+        return SparseFactors.from_arrays(own)
+    if kind == "HadamardLandmarks":
+        return HadamardLandmarks(own["seeds"], own["blocks"], own["rows"])
+    raise ValueError(f"The model file holds an operator of kind {kind!r}, which dqkm does not "
+                     "know.")
+
+
+def _split_params(params, prefix=""):
     plain, arrays = {}, {}
     for k, v in params.items():
-        if isinstance(v, np.ndarray) or (hasattr(v, "__array__") and not np.isscalar(v)):
-            arrays[f"param__{k}"] = np.asarray(v)
+        kind, op_arrays = pack_operator(v, f"{prefix}param__{k}__")
+        if _is_model(v):
+            header, nested = pack_model(v, f"{prefix}param__{k}__")
+            plain[k] = {_NESTED: header}
+            arrays.update(nested)
+        elif kind is not None:
+            plain[k] = {_OPERATOR: kind}
+            arrays.update(op_arrays)
+        elif isinstance(v, np.ndarray) or (hasattr(v, "__array__") and not np.isscalar(v)):
+            arrays[f"{prefix}param__{k}"] = np.asarray(v)
         elif v is None or isinstance(v, (bool, int, float, str, dict, list, np.generic)):
             plain[k] = v
+        elif isinstance(v, os.PathLike):  # e.g. a store path: loaded back as str
+            plain[k] = os.fspath(v)
         else:
             raise TypeError(f"Parameter {k!r}={v!r} of the model cannot be saved without "
-                            "pickle; set it to an int/float/str/None first.")
+                            "pickle; set it to an int/float/str/None (or a dqkm estimator or "
+                            "operator) first.")
     return plain, arrays
 
 
 def _estimator_class(name):
+    import importlib
+
     import dqkm
 
-    cls = getattr(dqkm, name, None)
+    module = _MODEL_MODULES.get(name)
+    cls = getattr(importlib.import_module(module), name) if module else getattr(dqkm, name, None)
     if not (isinstance(cls, type) and hasattr(cls, "_set_state")):
         raise ValueError(f"The model file names estimator {name!r}, which dqkm does not know.")
     return cls
 
 
+def _is_fitted(model) -> bool:
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(model)
+    except Exception:
+        return False
+    return True
+
+
+def pack_model(model, prefix=""):
+    """``(header, arrays)`` of a dqkm estimator, fitted or not, without pickle.
+
+    ``header`` (JSON-able): the estimator's name, its parameters (a parameter
+    that is itself a dqkm estimator is packed the same way, nested) and, when
+    fitted, the fitted state's scalars (``None`` when unfitted).  ``arrays``:
+    every array, named ``prefix + name`` (parameters ``prefix + 'param__' + name``),
+    so that several models share one container.  :func:`unpack_model` inverts it.
+    """
+    params, arrays = _split_params(model.get_params(deep=False), prefix)
+    header = {"estimator": type(model).__name__, "params": params, "state": None}
+    if _is_fitted(model):
+        state_arrays, meta = model._get_state()
+        arrays.update({f"{prefix}{k}": v for k, v in state_arrays.items()})
+        header["state"] = meta
+    return json.loads(json.dumps(header, default=json_default)), arrays
+
+
+def unpack_model(header, arrays, prefix=""):
+    """The estimator :func:`pack_model` packed (fitted if it was)."""
+    cls = _estimator_class(header["estimator"])
+    params = {}
+    for k, v in header["params"].items():
+        if isinstance(v, dict) and _NESTED in v:
+            params[k] = unpack_model(v[_NESTED], arrays, f"{prefix}param__{k}__")
+        elif isinstance(v, dict) and _OPERATOR in v:
+            params[k] = unpack_operator(v[_OPERATOR], arrays, f"{prefix}param__{k}__")
+        else:
+            params[k] = v
+    own, state = f"{prefix}param__", {}
+    for name, v in arrays.items():
+        if name.startswith(own) and "__" not in name[len(own):]:
+            params[name[len(own):]] = v          # an array-valued parameter
+        elif name.startswith(prefix) and not name.startswith(own):
+            state[name[len(prefix):]] = v        # this model's state (and states it nests)
+    model = cls(**params)
+    if header.get("state") is None:
+        return model
+    return model._set_state(state, header["state"])
+
+
 def save(model, path, *, overwrite=False):
-    """Save a fitted dqkm model without pickle.
+    """Save a dqkm model without pickle.
 
     ``path`` ending in ``.npz``: one NumPy archive (``allow_pickle=False``)
     holding the arrays and a JSON header; otherwise a Zarr v3 group (arrays +
-    JSON attributes).  Both carry ``format_version``.
+    JSON attributes).  Both carry ``format_version``.  Estimators given as
+    parameters (a ``ClusterIndex``'s clusterer, a ``FactorNystroem``'s
+    landmark model) are saved with it; a ``ClusterIndex`` whose index lives in
+    its own Zarr ``store`` saves the store's location, not its rows.
     """
-    arrays, meta = model._get_state()
-    params, param_arrays = _split_params(model.get_params(deep=False))
-    header = {"format_version": MODEL_FORMAT_VERSION, "estimator": type(model).__name__,
-              "params": params, "state": meta}
-    header = json.loads(json.dumps(header, default=json_default))
-    arrays = {**arrays, **param_arrays}
+    if not _is_model(model):
+        raise TypeError(f"dqkm.save saves dqkm estimators; got {type(model).__name__}.")
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(model)
+    header, arrays = pack_model(model)
+    header = {"format_version": MODEL_FORMAT_VERSION, **header}
     if str(path).endswith(".npz"):
         with _AtomicTarget(path, overwrite) as t:
             with open(t.tmp, "wb") as f:
@@ -357,13 +467,7 @@ def load(path):
     if version != MODEL_FORMAT_VERSION:
         raise ValueError(f"{str(path)!r} has model format version {version}; this dqkm reads "
                          f"version {MODEL_FORMAT_VERSION}.")
-    cls = _estimator_class(header["estimator"])
-    params = dict(header["params"])
-    for k in list(arrays):
-        if k.startswith("param__"):
-            params[k[len("param__"):]] = arrays.pop(k)
-    model = cls(**params)
-    return model._set_state(arrays, header["state"])
+    return unpack_model(header, arrays)
 
 
 def model_info(path) -> dict:

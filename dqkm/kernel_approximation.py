@@ -284,6 +284,43 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             return out
         return np.asarray(compute(out)[0])
 
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        """Arrays and scalars for :func:`dqkm.save` (the landmark operator by kind:
+        dense rows, sparse factors or Fast-Nyström seeds)."""
+        from .io import pack_operator
+
+        check_is_fitted(self, "normalization_")
+        op = self.landmark_operator_
+        if isinstance(op, np.ndarray):
+            kind, arrays = "ndarray", {"operator": op}
+        else:
+            kind, arrays = pack_operator(op, "operator__")
+            if kind is None:
+                raise TypeError(f"The landmark operator of this {type(self).__name__} "
+                                f"({type(op).__name__}) cannot be saved without pickle; dqkm "
+                                "saves dense landmarks, SparseFactors and HadamardLandmarks.")
+        arrays.update(components_=self.components_,
+                      component_sq_norms_=self.component_sq_norms_,
+                      normalization_=self.normalization_)
+        meta = {"operator_kind": kind, "gamma_": self.gamma_,
+                "n_components_": self.n_components_, "n_features_in_": self.n_features_in_}
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        from .io import unpack_operator
+
+        kind = meta["operator_kind"]
+        self.landmark_operator_ = (np.asarray(arrays["operator"]) if kind == "ndarray"
+                                   else unpack_operator(kind, arrays, "operator__"))
+        self.components_ = np.asarray(arrays["components_"])
+        self.component_sq_norms_ = np.asarray(arrays["component_sq_norms_"], np.float64)
+        self.normalization_ = np.asarray(arrays["normalization_"], np.float64)
+        self.gamma_ = float(meta["gamma_"])
+        self.n_components_ = int(meta["n_components_"])
+        self.n_features_in_ = int(meta["n_features_in_"])
+        return self
+
     def __sklearn_clone__(self):
         """Clone the parameters but keep a fitted landmark estimator as is (it is an
         input, read only), so that pipelines and grid searches can clone this

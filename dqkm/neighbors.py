@@ -10,6 +10,7 @@ application of the sparse factors instead of a K×D product.
 from __future__ import annotations
 
 import numbers
+import os
 
 import dask.array as da
 import numpy as np
@@ -24,6 +25,8 @@ from .parallel.neighbors import (build_index, center_sq_distances, drop_self, pr
                                  query_block_rows, search)
 
 __all__ = ["ClusterIndex"]
+
+_FITTED_PREFIX = "fitted_clusterer__"  # names of the fitted clusterer's arrays in a saved model
 
 
 def _is_fitted(est) -> bool:
@@ -324,6 +327,80 @@ class ClusterIndex(BaseEstimator):
             return ind[:, 0].map_blocks(_lookup_block, st, cl, dtype=self.classes_.dtype,
                                         meta=np.empty((0,), self.classes_.dtype))
         return self.classes_[self._y_codes[ind[:, 0]]]
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        """Arrays and scalars for :func:`dqkm.save`: the fitted clusterer (nested,
+        unless it is the ``clusterer`` parameter itself), the index's offsets, and
+        its rows when it is in memory — a Zarr-backed index is saved as its store's
+        location (the rows stay there)."""
+        from .io import _is_url, pack_model
+
+        check_is_fitted(self, "index_")
+        index = self.index_
+        arrays = {"offsets": index.offsets}
+        meta = {"n_samples_fit_": self.n_samples_fit_, "n_features_in_": self.n_features_in_,
+                "clusterer_is_param": self.clusterer_ is self.clusterer, "index_store": None}
+        if not meta["clusterer_is_param"]:
+            header, nested = pack_model(self.clusterer_, _FITTED_PREFIX)
+            meta["clusterer_"] = header
+            arrays.update(nested)
+        if index.in_memory:
+            arrays.update(index_X=index.X, index_ids=index.ids, index_sq_norms=index.sq_norms)
+        else:
+            p = str(index.path)
+            meta["index_store"] = p if _is_url(p) else os.path.abspath(p)
+            meta["index_uid"] = index.uid
+        if hasattr(self, "classes_"):
+            arrays["y_codes"] = self._y_codes
+            cl = self.classes_
+            if cl.dtype.kind in "iufb":
+                arrays["classes_"] = cl
+            elif all(isinstance(c, str) for c in cl):  # text labels go in the JSON header
+                meta["classes_"] = [str(c) for c in cl]
+                meta["classes_dtype"] = cl.dtype.str
+            else:
+                raise TypeError(f"The targets of this {type(self).__name__} ({cl.dtype}) "
+                                "cannot be saved without pickle: dqkm saves numeric and text "
+                                "labels.")
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        from .io import unpack_model
+        from .parallel.neighbors import InvertedIndex
+
+        if meta["clusterer_is_param"]:
+            clusterer = self.clusterer
+        else:
+            clusterer = unpack_model(meta["clusterer_"], arrays, _FITTED_PREFIX)
+        offsets = np.asarray(arrays["offsets"], dtype=np.int64)
+        store = meta["index_store"]
+        if store is None:
+            index = InvertedIndex(offsets, X=np.ascontiguousarray(arrays["index_X"]),
+                                  ids=np.asarray(arrays["index_ids"], dtype=np.int64),
+                                  sq_norms=np.asarray(arrays["index_sq_norms"], np.float64))
+        else:
+            try:
+                index = InvertedIndex.open(store)
+            except FileNotFoundError as e:
+                raise FileNotFoundError(f"The saved {type(self).__name__} reads its index "
+                                        f"from the Zarr store {store!r}, which is not there "
+                                        "any more; refit it (fit writes the store).") from e
+            if index.uid != meta.get("index_uid") or not np.array_equal(index.offsets, offsets):
+                raise ValueError(f"The Zarr store {store!r} holds another index than the "
+                                 f"saved {type(self).__name__}: it was rewritten since; "
+                                 "refit.")
+        self.clusterer_ = clusterer
+        self._centers = np.asarray(clusterer.cluster_centers_)
+        self.index_ = index
+        self.cluster_sizes_ = np.diff(offsets)
+        self.n_samples_fit_ = int(meta["n_samples_fit_"])
+        self.n_features_in_ = int(meta["n_features_in_"])
+        if "y_codes" in arrays:
+            self.classes_ = (np.asarray(arrays["classes_"]) if "classes_" in arrays else
+                             np.asarray(meta["classes_"], dtype=np.dtype(meta["classes_dtype"])))
+            self._y_codes = np.asarray(arrays["y_codes"], dtype=np.int64)
+        return self
 
     def score(self, X, y):
         """Accuracy of :meth:`predict` on ``(X, y)``."""

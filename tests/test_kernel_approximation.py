@@ -280,3 +280,27 @@ def test_nystroem_block_in_pieces_equals_the_formula(monkeypatch, dtype, kernel)
         np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max())
         np.testing.assert_array_equal(X, keep)
     assert nb.nystroem_block(X[:0], state).shape == (0, 6)
+
+
+@pytest.mark.parametrize("kind", ["qkmeans", "kmeans", "uniform", "hadamard", "factors"])
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+def test_save_load_roundtrip(tmp_path, digits, km64, kind, ext):
+    """dqkm.save/load: the reloaded transformer gives the same features bit for bit,
+    with the same kind of landmark operator (sparse factors stay factors)."""
+    X = digits.astype(np.float32)
+    if kind in ("qkmeans", "factors"):
+        qk = dqkm.QKMeans(16, max_iter=3, random_state=0).fit(X)
+        landmarks = qk if kind == "qkmeans" else qk.factors_
+    else:
+        landmarks = {"kmeans": km64, "uniform": "uniform", "hadamard": "hadamard"}[kind]
+    n = 40 if isinstance(landmarks, str) else None
+    fn = FactorNystroem(landmarks, gamma=0.05, n_components=n, seeds="k-means",
+                        random_state=0).fit(X)
+    dqkm.save(fn, tmp_path / f"fn{ext}")
+    back = dqkm.load(tmp_path / f"fn{ext}")
+    assert type(back.landmark_operator_) is type(fn.landmark_operator_)
+    assert back.get_params()["seeds"] == "k-means" and back.gamma_ == fn.gamma_
+    np.testing.assert_array_equal(back.transform(X[:300]), fn.transform(X[:300]))
+    np.testing.assert_array_equal(back.get_feature_names_out(), fn.get_feature_names_out())
+    if kind == "qkmeans":  # the landmark model comes back fitted
+        np.testing.assert_array_equal(back.landmarks.predict(X[:50]), qk.predict(X[:50]))

@@ -270,3 +270,68 @@ def test_zarr_backed_index_pickles_small_and_reopens(blobs, fitted_km, tmp_path)
     np.testing.assert_array_equal(i1, i0)
     np.testing.assert_array_equal(d1, d0)
     np.testing.assert_array_equal(again.predict(Q), idx.predict(Q))
+
+
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+@pytest.mark.parametrize("zarr_index", [False, True])
+def test_save_load_roundtrip(blobs, tmp_path, ext, zarr_index):
+    """dqkm.save/load: the reloaded index answers exactly as the original (neighbours,
+    distances, 1-NN labels) — in-memory rows saved in the file, a Zarr-backed index
+    by its store; an unfitted clusterer parameter stays unfitted, the fitted one is
+    saved beside it."""
+    X, y, Q, _ = blobs
+    labels = np.array([f"class-{c}" for c in y])          # text targets go in the header
+    store = tmp_path / "index.zarr" if zarr_index else None
+    idx = ClusterIndex(dqkm.QKMeans(8, random_state=0, max_iter=5), n_probe=2,
+                       store=store).fit(X, labels)
+    path = tmp_path / f"model{ext}"
+    dqkm.save(idx, path)
+    back = dqkm.load(path)
+    assert isinstance(back, ClusterIndex) and back.n_probe == 2
+    assert not hasattr(back.clusterer, "factors_")        # the parameter: unfitted
+    np.testing.assert_array_equal(back.clusterer_.predict(Q), idx.clusterer_.predict(Q))
+    d0, i0 = idx.kneighbors(Q, 4)
+    d1, i1 = back.kneighbors(Q, 4)
+    np.testing.assert_array_equal(i1, i0)
+    np.testing.assert_array_equal(d1, d0)
+    np.testing.assert_array_equal(back.predict(Q), idx.predict(Q))
+    assert back.classes_.dtype == idx.classes_.dtype
+    np.testing.assert_array_equal(back.cluster_sizes_, idx.cluster_sizes_)
+    assert back.index_.in_memory == (not zarr_index)
+    np.testing.assert_array_equal(back.kneighbors(None, 2)[1], idx.kneighbors(None, 2)[1])
+
+
+def test_save_load_fitted_clusterer_parameter_once(blobs, fitted_km, tmp_path):
+    X, y, Q, _ = blobs
+    idx = ClusterIndex(fitted_km).fit(X, y)
+    dqkm.save(idx, tmp_path / "m.npz")
+    back = dqkm.load(tmp_path / "m.npz")
+    assert back.clusterer_ is back.clusterer               # not stored twice
+    with np.load(tmp_path / "m.npz") as f:
+        assert not any(k.startswith("fitted_clusterer__") for k in f.files)
+    np.testing.assert_array_equal(back.kneighbors(Q, 3)[1], idx.kneighbors(Q, 3)[1])
+    np.testing.assert_array_equal(back.predict(Q), idx.predict(Q))
+
+
+def test_save_load_errors(blobs, fitted_km, tmp_path):
+    """A moved or rewritten Zarr index, an unfitted index, a scikit-learn clusterer:
+    clear errors, nothing written."""
+    from sklearn.cluster import KMeans as SkKMeans
+
+    X = blobs[0]
+    store = tmp_path / "index.zarr"
+    dqkm.save(ClusterIndex(fitted_km, store=store).fit(X), tmp_path / "m.npz")
+    # the same partition written again is another index (its uid changes)
+    ClusterIndex(fitted_km, store=store, overwrite=True).fit(X)
+    with pytest.raises(ValueError, match="holds another index.*rewritten"):
+        dqkm.load(tmp_path / "m.npz")
+    import shutil
+    shutil.rmtree(store)
+    with pytest.raises(FileNotFoundError, match="not there any more"):
+        dqkm.load(tmp_path / "m.npz")
+    with pytest.raises(NotFittedError):
+        dqkm.save(ClusterIndex(dqkm.KMeans(3)), tmp_path / "u.npz")
+    sk = ClusterIndex(SkKMeans(8, n_init=1, random_state=0)).fit(X)
+    with pytest.raises(TypeError, match="'clusterer'.*cannot be saved without pickle"):
+        dqkm.save(sk, tmp_path / "sk.zarr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]

@@ -45,9 +45,10 @@ class InvertedIndex:
     a task opens the store itself.
     """
 
-    def __init__(self, offsets, *, X=None, ids=None, sq_norms=None, path=None):
+    def __init__(self, offsets, *, X=None, ids=None, sq_norms=None, path=None, uid=None):
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.X, self.ids, self.sq_norms, self.path = X, ids, sq_norms, path
+        self.uid = uid  # a Zarr-backed index's identity, written once by build_index
         self._group = None
 
     def __getstate__(self):
@@ -94,7 +95,7 @@ class InvertedIndex:
         if meta.get("format_version") != INDEX_FORMAT_VERSION:
             raise ValueError(f"{str(path)!r} is not a dqkm cluster index of format version "
                              f"{INDEX_FORMAT_VERSION} (found {meta.get('format_version')}).")
-        return cls(np.asarray(g["offsets"][...]), path=str(path))
+        return cls(np.asarray(g["offsets"][...]), path=str(path), uid=meta.get("uid"))
 
 
 def _sq_norms_block(block):
@@ -148,6 +149,7 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
         arrays[f"extra_{k}"] = v
     save_arrays(arrays, path, overwrite=overwrite,
                 attrs={"dqkm_index": {"format_version": INDEX_FORMAT_VERSION,
+                                      "uid": uuid.uuid4().hex,
                                       "n_clusters": int(n_clusters),
                                       "n_samples": int(Xd.shape[0]),
                                       "n_features": int(Xd.shape[1]),
