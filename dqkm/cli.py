@@ -165,6 +165,25 @@ def cmd_predict(args):
     print(f"wrote {labels.shape[0]} labels to {args.out}")
 
 
+def _describe(v):
+    """A saved parameter or state value for ``info``: nested models and operators in
+    one line (``QKMeans(n_clusters=16, …) fitted: inertia_=…``)."""
+    from .io import _NESTED, _OPERATOR
+
+    if isinstance(v, dict) and _OPERATOR in v:
+        return f"<{v[_OPERATOR]}>"
+    if isinstance(v, dict) and (_NESTED in v or {"estimator", "params", "state"} <= set(v)):
+        h = v.get(_NESTED, v)
+        params = ", ".join(f"{k}={_describe(p)}" for k, p in sorted(h["params"].items()))
+        text = f"{h['estimator']}({params})"
+        state = {k: x for k, x in (h.get("state") or {}).items() if k != "history_"}
+        if h.get("state") is None:
+            return text + " unfitted"
+        return text + " fitted: " + ", ".join(f"{k}={x}" for k, x in sorted(state.items())
+                                              if not isinstance(x, (dict, list)))
+    return repr(v)
+
+
 def cmd_info(args):
     from .io import model_info
 
@@ -172,9 +191,10 @@ def cmd_info(args):
     state = dict(info.get("state", {}))
     history = state.pop("history_", [])
     print(f"estimator: {info['estimator']} (format {info['format_version']})")
-    print("parameters: " + ", ".join(f"{k}={v!r}" for k, v in sorted(info["params"].items())))
+    print("parameters: " + ", ".join(f"{k}={_describe(v)}"
+                                     for k, v in sorted(info["params"].items())))
     for k, v in sorted(state.items()):
-        print(f"{k}: {v}")
+        print(f"{k}: {_describe(v) if isinstance(v, dict) else v}")
     for k, (shape, dtype) in sorted(info["arrays"].items()):
         print(f"array {k}: shape {tuple(shape)} {dtype}")
     if history:

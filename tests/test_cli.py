@@ -114,3 +114,18 @@ def test_fit_kmm_with_checkpoint_and_resume(store):
     assert resumed.n_iter_ == ref.n_iter_ == 5
     np.testing.assert_array_equal(ref.prototypes_, resumed.prototypes_)
     assert ref.beta_ == resumed.beta_
+
+
+def test_info_of_a_saved_cluster_index(tmp_path):
+    """``info`` names the nested clusterer (parameter unfitted, fitted state) in one line each."""
+    import dqkm
+    from dqkm.neighbors import ClusterIndex
+
+    X = np.random.default_rng(0).standard_normal((300, 4))
+    dqkm.save(ClusterIndex(dqkm.KMeans(3, random_state=0)).fit(X), tmp_path / "idx.npz")
+    out = run("info", tmp_path / "idx.npz").stdout
+    assert "estimator: ClusterIndex" in out
+    assert "clusterer=KMeans(" in out and ") unfitted" in out
+    line = next(s for s in out.splitlines() if s.startswith("clusterer_: "))
+    assert "KMeans(" in line and " fitted: " in line and "n_iter_=" in line
+    assert "array index_X: shape (300, 4) float64" in out
