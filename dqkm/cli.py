@@ -1,10 +1,13 @@
-"""The ``dqkm`` command: generate data, fit, predict, inspect models, run the demo.
+"""The ``dqkm`` command: generate data, fit, predict, index and search, inspect models, run
+the demo.
 
 Examples
 --------
 dqkm generate blobs --n-samples 100000 --n-features 32 --centers 8 --out data.zarr
 dqkm fit --algorithm kmeans --n-clusters 8 data.zarr --out model.zarr --scheduler local
 dqkm predict model.zarr data.zarr --out labels.zarr
+dqkm index model.zarr data.zarr --store index.zarr --out index-model.zarr
+dqkm neighbors index-model.zarr queries.zarr --n-neighbors 10 --out knn.zarr
 dqkm info model.zarr
 dqkm report model.zarr --plot history.png
 """
@@ -165,6 +168,79 @@ def cmd_predict(args):
     print(f"wrote {labels.shape[0]} labels to {args.out}")
 
 
+def _load_model(path, *, needs, command):
+    """A saved model that has the method ``needs`` (a clear CLI error otherwise)."""
+    from .io import load
+
+    model = load(path)
+    if not hasattr(model, needs):
+        raise CLIError(f"the model at {str(path)!r} is a {type(model).__name__}, which has no "
+                       f"{needs}; {command} needs "
+                       + {"kneighbors": "a ClusterIndex saved by 'dqkm index'.",
+                          "transform": "a model with transform (FactorNystroem, KMeans, …).",
+                          "predict": "a fitted clusterer (see 'dqkm fit')."}[needs])
+    return model
+
+
+def cmd_index(args):
+    from .io import as_dask_array, load_array, save
+    from .neighbors import ClusterIndex
+
+    _check_out(args.out, args.overwrite)
+    if args.store:
+        _check_out(args.store, args.overwrite)
+    clusterer = _load_model(args.model, needs="predict", command="index")
+    if not hasattr(clusterer, "cluster_centers_"):
+        raise CLIError(f"the model at {args.model!r} ({type(clusterer).__name__}) has no "
+                       "cluster_centers_; index needs a K-means-family model.")
+    with _scheduler(args), _progress(args):
+        X = as_dask_array(args.data)
+        y = None
+        if args.labels:
+            y = load_array(args.labels, args.labels_component)
+            if y.ndim != 1 or y.shape[0] != X.shape[0]:
+                raise CLIError(f"--labels must hold one label per row of the data "
+                               f"({X.shape[0]},); got shape {y.shape}.")
+        t0 = time.perf_counter()
+        index = ClusterIndex(clusterer, n_probe=args.n_probe, store=args.store,
+                             overwrite=args.overwrite).fit(X, y)
+        seconds = time.perf_counter() - t0
+        save(index, args.out, overwrite=args.overwrite)
+    sizes = index.cluster_sizes_
+    where = f"rows in {args.store}" if args.store else f"rows in {args.out}"
+    print(f"ClusterIndex: {index.n_samples_fit_} rows in {sizes.size} clusters (largest "
+          f"{int(sizes.max())}, mean {sizes.mean():.0f}), n_probe={args.n_probe}"
+          f"{', with labels' if y is not None else ''}, {seconds:.2f}s; {where} -> {args.out}")
+
+
+def cmd_neighbors(args):
+    from .io import as_dask_array, save_arrays
+
+    _check_out(args.out, args.overwrite)
+    index = _load_model(args.model, needs="kneighbors", command="neighbors")
+    with _scheduler(args), _progress(args):
+        Q = as_dask_array(args.queries)
+        t0 = time.perf_counter()
+        dist, ind = index.kneighbors(Q, n_neighbors=args.n_neighbors)
+        save_arrays({"distances": dist, "indices": ind}, args.out, overwrite=args.overwrite)
+        seconds = time.perf_counter() - t0
+    print(f"wrote the {args.n_neighbors} nearest indexed rows of {Q.shape[0]} queries "
+          f"(arrays 'distances', 'indices') to {args.out} in {seconds:.2f}s")
+
+
+def cmd_transform(args):
+    from .io import as_dask_array, save_array
+
+    _check_out(args.out, args.overwrite)
+    model = _load_model(args.model, needs="transform", command="transform")
+    with _scheduler(args), _progress(args):
+        X = as_dask_array(args.data)
+        Y = model.transform(X)
+        save_array(Y, args.out, overwrite=args.overwrite)
+    print(f"wrote {type(model).__name__} features {Y.shape[0]} x {Y.shape[1]} ({Y.dtype}) to "
+          f"{args.out}")
+
+
 def _describe(v):
     """A saved parameter or state value for ``info``: nested models and operators in
     one line (``QKMeans(n_clusters=16, …) fitted: inertia_=…``)."""
@@ -296,6 +372,43 @@ def build_parser():
     p.add_argument("--overwrite", action="store_true")
     _add_scheduler_args(p)
     p.set_defaults(func=cmd_predict)
+
+    x = sub.add_parser("index", help="build a ClusterIndex (k-NN through a saved clusterer's "
+                                     "partition) of a Zarr store and save it")
+    x.add_argument("model", help="a saved fitted clusterer (dqkm fit: kmeans, qkmeans, …)")
+    x.add_argument("data", help="the rows to index: Zarr store path or URL")
+    x.add_argument("--store", metavar="PATH",
+                   help="write the inverted index (rows grouped by cluster) as a Zarr store "
+                        "there; without it the rows are saved inside --out")
+    x.add_argument("--labels", metavar="PATH",
+                   help="Zarr store of one label per row (enables 'dqkm predict': 1-NN)")
+    x.add_argument("--labels-component", default="y",
+                   help="array of the --labels group to read (default 'y')")
+    x.add_argument("--n-probe", type=int, default=1, help="clusters searched per query")
+    x.add_argument("--out", required=True, help="index model path (.zarr or .npz)")
+    x.add_argument("--overwrite", action="store_true", help="replace --out and --store")
+    _add_scheduler_args(x)
+    x.set_defaults(func=cmd_index)
+
+    n = sub.add_parser("neighbors", help="the k nearest indexed rows of every query, through a "
+                                         "saved ClusterIndex")
+    n.add_argument("model", help="a ClusterIndex saved by 'dqkm index'")
+    n.add_argument("queries", help="Zarr store of the queries")
+    n.add_argument("--n-neighbors", type=int, default=1)
+    n.add_argument("--out", required=True,
+                   help="Zarr group written with arrays 'distances' and 'indices'")
+    n.add_argument("--overwrite", action="store_true")
+    _add_scheduler_args(n)
+    n.set_defaults(func=cmd_neighbors)
+
+    t = sub.add_parser("transform", help="a saved model's transform of a Zarr store (e.g. "
+                                         "FactorNystroem features, distances to centroids)")
+    t.add_argument("model")
+    t.add_argument("data")
+    t.add_argument("--out", required=True)
+    t.add_argument("--overwrite", action="store_true")
+    _add_scheduler_args(t)
+    t.set_defaults(func=cmd_transform)
 
     i = sub.add_parser("info", help="describe a saved model")
     i.add_argument("model")

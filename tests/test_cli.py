@@ -129,3 +129,45 @@ def test_info_of_a_saved_cluster_index(tmp_path):
     line = next(s for s in out.splitlines() if s.startswith("clusterer_: "))
     assert "KMeans(" in line and " fitted: " in line and "n_iter_=" in line
     assert "array index_X: shape (300, 4) float64" in out
+
+
+def test_index_neighbors_predict_transform(tmp_path):
+    """fit → index (Zarr store, labels) → neighbors / predict / transform, against the same
+    calls in Python; bad uses exit 2 with one line and write nothing."""
+    import dqkm
+    from sklearn.neighbors import NearestNeighbors
+
+    d = tmp_path
+    run("generate", "moons", "--n-samples", 3000, "--chunks", 700, "--out", d / "m.zarr",
+        "--no-progress")
+    run("fit", "--algorithm", "kmeans", "--n-clusters", 6, d / "m.zarr", "--out", d / "km.npz",
+        "--no-progress")
+    out = run("index", d / "km.npz", d / "m.zarr", "--store", d / "idx.zarr", "--labels",
+              d / "m.zarr", "--n-probe", 6, "--out", d / "idx.npz", "--no-progress").stdout
+    assert "ClusterIndex: 3000 rows in 6 clusters" in out and "with labels" in out
+    out = run("neighbors", d / "idx.npz", d / "m.zarr", "--n-neighbors", 3, "--out",
+              d / "knn.zarr", "--no-progress").stdout
+    assert "3 nearest indexed rows of 3000 queries" in out
+    X = io.load_array(d / "m.zarr", "X").compute()
+    y = io.load_array(d / "m.zarr", "y").compute()
+    ind = io.load_array(d / "knn.zarr", "indices").compute()
+    dist = io.load_array(d / "knn.zarr", "distances").compute()
+    ref_d, ref_i = NearestNeighbors(n_neighbors=3).fit(X).kneighbors(X)
+    np.testing.assert_array_equal(ind, ref_i)              # n_probe = K: exact
+    np.testing.assert_allclose(dist, ref_d, atol=1e-12)
+    run("predict", d / "idx.npz", d / "m.zarr", "--out", d / "pred.zarr", "--no-progress")
+    np.testing.assert_array_equal(io.load_array(d / "pred.zarr").compute(), y)  # 1-NN = itself
+    run("transform", d / "km.npz", d / "m.zarr", "--out", d / "dist.zarr", "--no-progress")
+    np.testing.assert_allclose(io.load_array(d / "dist.zarr").compute(),
+                               dqkm.load(d / "km.npz").transform(X), rtol=1e-6)
+
+    before = sorted(p.name for p in d.iterdir())
+    bad = run("neighbors", d / "km.npz", d / "m.zarr", "--out", d / "x.zarr", check=False)
+    assert bad.returncode == 2 and "is a KMeans, which has no kneighbors" in bad.stderr
+    bad = run("index", d / "km.npz", d / "m.zarr", "--store", d / "idx.zarr", "--out",
+              d / "idx2.npz", check=False)
+    assert bad.returncode == 2 and "idx.zarr" in bad.stderr and "--overwrite" in bad.stderr
+    bad = run("neighbors", d / "idx.npz", d / "m.zarr", "--n-neighbors", 5000, "--out",
+              d / "x.zarr", check=False)
+    assert bad.returncode == 2 and "n_neighbors" in bad.stderr
+    assert sorted(p.name for p in d.iterdir()) == before

@@ -343,7 +343,7 @@ class KMeans(DqkmClusterer):
     def _get_state(self):
         check_is_fitted(self)
         arrays = {"cluster_centers_": self.cluster_centers_}
-        if isinstance(self.labels_, np.ndarray):
+        if isinstance(getattr(self, "labels_", None), np.ndarray):  # none once reloaded if lazy
             arrays["labels_"] = self.labels_
         meta = {"inertia_": self.inertia_, "n_iter_": self.n_iter_,
                 "n_features_in_": self.n_features_in_, "history_": self.history_}

@@ -388,7 +388,7 @@ class KMultipleMeans(DqkmClusterer):
         """Arrays and JSON metadata for :func:`dqkm.save` (lazy labels are not saved)."""
         check_is_fitted(self)
         arrays = {"prototypes_": self.prototypes_, "prototype_labels_": self.prototype_labels_}
-        if isinstance(self.labels_, np.ndarray):
+        if isinstance(getattr(self, "labels_", None), np.ndarray):
             arrays["labels_"] = self.labels_
             arrays["similarity_neighbors_"] = self.similarity_[0]
             arrays["similarity_weights_"] = self.similarity_[1]

@@ -290,7 +290,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             arrays.update({"embedding_hash": emb.hash, "embedding_signs": emb.signs})
         else:
             arrays["embedding_matrix"] = emb.matrix
-        if isinstance(self.labels_, np.ndarray):
+        if isinstance(getattr(self, "labels_", None), np.ndarray):
             arrays["labels_"] = self.labels_
         meta = {k: getattr(self, k) for k in ("n_components_", "inertia_", "embedded_inertia_",
                                               "empty_clusters_", "n_iter_", "history_",

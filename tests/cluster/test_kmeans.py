@@ -130,6 +130,18 @@ def test_save_load_roundtrip(tmp_path, blobs):
     np.load(tmp_path / "m.npz", allow_pickle=False)  # no pickled objects inside
 
 
+def test_model_fitted_on_dask_input_saves_again_after_load(tmp_path, blobs):
+    """Lazy labels are not saved; the reloaded model (no labels_) saves again."""
+    X, init = blobs
+    km = dqkm.KMeans(6, init=init).fit(da.from_array(X, chunks=(len(X) // 3, -1)))
+    dqkm.save(km, tmp_path / "a.npz")
+    back = dqkm.load(tmp_path / "a.npz")
+    assert not hasattr(back, "labels_")
+    dqkm.save(back, tmp_path / "b.zarr")
+    np.testing.assert_array_equal(dqkm.load(tmp_path / "b.zarr").cluster_centers_,
+                                  km.cluster_centers_)
+
+
 def test_check_estimator():
     from sklearn.utils.estimator_checks import check_estimator
 
