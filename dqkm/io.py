@@ -241,9 +241,15 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
         stores = []
         for name, arr in arrays.items():
             if not isinstance(arr, da.Array):
+                # in memory: written here by Zarr (no graph that would carry the data to
+                # a distributed scheduler)
                 arr = np.asarray(arr)
                 rows = (max(1, min(arr.shape[0], 65536)),) if arr.ndim else ()
-                arr = da.from_array(arr, chunks=rows + (-1,) * max(arr.ndim - 1, 0))
+                z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
+                                       chunks=rows + tuple(max(1, n) for n in arr.shape[1:]),
+                                       compressors=compressors)
+                z[...] = arr
+                continue
             arr = _regular_rows(arr) if arr.ndim else arr
             z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
                                    chunks=tuple(max(1, c[0]) for c in arr.chunks),
