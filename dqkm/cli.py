@@ -431,6 +431,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.verbose < 2:  # distributed's start/stop lines only with -vv (read at its import,
+        # in this process and in the worker processes it starts)
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("dqkm").setLevel(level)

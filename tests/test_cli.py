@@ -51,6 +51,8 @@ def test_fit_on_local_cluster_prints_dashboard(store):
               "--scheduler", "local", "--n-workers", 1, "--no-progress")
     assert "dashboard: http" in out.stdout
     assert io.load(d / "m2.npz").cluster_centers_.shape == (4, 5)
+    # distributed's start/stop log lines only with -vv
+    assert "distributed.scheduler" not in out.stderr and "Nanny" not in out.stderr
 
 
 def test_existing_output_needs_overwrite(store):
