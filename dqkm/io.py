@@ -294,13 +294,13 @@ def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None,
 
 
 # ----------------------------------------------------------------------------- models
+# markers of a parameter saved as a nested model / operator (its arrays under a prefix)
 _NESTED = "__dqkm_estimator__"
-# estimators that dqkm.load may rebuild (name -> module); nothing else is instantiated
+_OPERATOR = "__dqkm_operator__"
+# estimators that dqkm.load may rebuild besides dqkm's top-level ones (name -> module);
+# nothing else is instantiated
 _MODEL_MODULES = {"ClusterIndex": "dqkm.neighbors",
                   "FactorNystroem": "dqkm.kernel_approximation"}
-
-
-_OPERATOR = "__dqkm_operator__"
 
 
 def _is_model(v) -> bool:
@@ -372,11 +372,12 @@ def _estimator_class(name):
 
 
 def _is_fitted(model) -> bool:
+    from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
 
     try:
         check_is_fitted(model)
-    except Exception:
+    except NotFittedError:
         return False
     return True
 
@@ -423,7 +424,7 @@ def unpack_model(header, arrays, prefix=""):
 
 
 def save(model, path, *, overwrite=False):
-    """Save a dqkm model without pickle.
+    """Save a fitted dqkm model without pickle.
 
     ``path`` ending in ``.npz``: one NumPy archive (``allow_pickle=False``)
     holding the arrays and a JSON header; otherwise a Zarr v3 group (arrays +
