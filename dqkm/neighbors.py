@@ -53,7 +53,8 @@ class ClusterIndex(BaseEstimator):
     n_probe : int, default=1
         Number of nearest clusters searched per query.  ``n_probe=1`` uses the
         clusterer's ``predict``; more use its ``transform`` (distances to the
-        centroids).  ``n_probe = n_clusters`` is an exact search.
+        centroids).  ``n_probe = n_clusters`` is an exact search.  A query-time
+        setting: ``set_params(n_probe=…)`` after fit needs no refit.
     store : str or PathLike, optional
         Write the inverted index as a Zarr v3 group there (atomic); queries
         then read only the clusters they probe.  None: the index is kept in
@@ -134,7 +135,7 @@ class ClusterIndex(BaseEstimator):
         """
         owner = type(self).__name__
         self._check_clusterer()
-        check_param("n_probe", self.n_probe, owner, low=1)
+        check_param("n_probe", self.n_probe, owner, low=1)  # before the fit's passes
         Xd, _ = self._validate(X, reset=True)
         if _is_fitted(self.clusterer):
             clusterer = self.clusterer
@@ -150,9 +151,7 @@ class ClusterIndex(BaseEstimator):
                             f"'cluster_centers_' once fitted; {type(clusterer).__name__} "
                             "has none.")
         K = int(np.shape(centers)[0])
-        if self.n_probe > K:
-            raise ValueError(f"The 'n_probe' parameter of {owner} must be an int in the range "
-                             f"[1, n_clusters={K}]. Got {self.n_probe} instead.")
+        self._check_n_probe(K)
         labels = self._assign(clusterer, Xd)
         labels = np.asarray(compute(labels)[0] if isinstance(
             labels, da.Array) else labels).ravel()
@@ -175,6 +174,15 @@ class ClusterIndex(BaseEstimator):
         self.cluster_sizes_ = np.diff(self.index_.offsets)
         self.n_samples_fit_ = int(Xd.shape[0])
         return self
+
+    def _check_n_probe(self, n_clusters):
+        """``n_probe`` in [1, n_clusters]: checked by fit and again by every query (it
+        may be changed after fit with ``set_params``, no refit needed)."""
+        owner = type(self).__name__
+        check_param("n_probe", self.n_probe, owner, low=1)
+        if self.n_probe > n_clusters:
+            raise ValueError(f"The 'n_probe' parameter of {owner} must be an int in the range "
+                             f"[1, n_clusters={n_clusters}]. Got {self.n_probe} instead.")
 
     @staticmethod
     def _assign(clusterer, Qd, n_probe=1):
@@ -220,6 +228,7 @@ class ClusterIndex(BaseEstimator):
         ``n_neighbors`` rows).
         """
         check_is_fitted(self, "index_")
+        self._check_n_probe(self.index_.n_clusters)
         self._check_n_neighbors(n_neighbors, query_is_train=X is None)
         if X is None:
             return self._kneighbors_indexed(int(n_neighbors), return_distance)

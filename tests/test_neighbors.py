@@ -335,3 +335,19 @@ def test_save_load_errors(blobs, fitted_km, tmp_path):
     with pytest.raises(TypeError, match="'clusterer'.*cannot be saved without pickle"):
         dqkm.save(sk, tmp_path / "sk.zarr")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.npz"]
+
+
+def test_n_probe_changed_after_fit(blobs, fitted_km):
+    """n_probe is a query-time setting: set_params after fit needs no refit (n_probe = K is
+    then exact) and is checked again by every query."""
+    X, _, Q, _ = blobs
+    idx = ClusterIndex(fitted_km, n_probe=1).fit(X)
+    idx.set_params(n_probe=8)
+    _, ind = idx.kneighbors(Q, 4)
+    np.testing.assert_array_equal(ind, NearestNeighbors().fit(X).kneighbors(Q, 4)[1])
+    for bad in (9, 0):
+        idx.set_params(n_probe=bad)
+        with pytest.raises(ValueError, match="'n_probe' parameter of ClusterIndex"):
+            idx.kneighbors(Q)
+        with pytest.raises(ValueError, match="'n_probe'"):
+            idx.kneighbors(None, 2)
