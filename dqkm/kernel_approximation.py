@@ -115,6 +115,9 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         ``W^{+1/2}``: eigenvalues of W below ``λ_max·K·eps`` are dropped.
     gamma_ : float
         The RBF width in use.
+    kernel_ : str
+        The kernel of fit (what :meth:`transform` uses, whatever ``kernel`` is set
+        to later: the normalisation belongs to it).
     n_components_ : int
     n_features_in_ : int
 
@@ -244,7 +247,8 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         U = np.asarray(op if isinstance(op, np.ndarray) else op.toarray(), dtype=np.float64)
         u_sq = np.einsum("ij,ij->i", U, U) if isinstance(op, np.ndarray) \
             else np.asarray(op.row_norms_sq(), dtype=np.float64)
-        W = kernel_from_products(U @ U.T, u_sq, u_sq, self.kernel, self.gamma_)
+        self.kernel_ = self.kernel
+        W = kernel_from_products(U @ U.T, u_sq, u_sq, self.kernel_, self.gamma_)
         self.landmark_operator_ = op
         self.components_ = U.astype(Xd.dtype)
         self.component_sq_norms_ = u_sq
@@ -278,7 +282,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             op = op.astype(Xd.dtype, copy=False)
         elif hasattr(op, "astype") and getattr(op, "dtype", Xd.dtype) != Xd.dtype:
             op = op.astype(Xd.dtype)
-        out = nystroem_map(Xd, op, self.component_sq_norms_, self.normalization_, self.kernel,
+        out = nystroem_map(Xd, op, self.component_sq_norms_, self.normalization_, self.kernel_,
                            self.gamma_)
         if lazy:
             return out
@@ -303,7 +307,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         arrays.update(components_=self.components_,
                       component_sq_norms_=self.component_sq_norms_,
                       normalization_=self.normalization_)
-        meta = {"operator_kind": kind, "gamma_": self.gamma_,
+        meta = {"operator_kind": kind, "gamma_": self.gamma_, "kernel_": self.kernel_,
                 "n_components_": self.n_components_, "n_features_in_": self.n_features_in_}
         return arrays, meta
 
@@ -317,6 +321,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.component_sq_norms_ = np.asarray(arrays["component_sq_norms_"], np.float64)
         self.normalization_ = np.asarray(arrays["normalization_"], np.float64)
         self.gamma_ = float(meta["gamma_"])
+        self.kernel_ = str(meta["kernel_"])
         self.n_components_ = int(meta["n_components_"])
         self.n_features_in_ = int(meta["n_features_in_"])
         return self

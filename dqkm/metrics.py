@@ -162,7 +162,7 @@ def nystroem_error(X_sample, transformer):
                    dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"X_sample must be 2-D (m, n_features); got shape {X.shape}.")
-    kernel = getattr(transformer, "kernel", None)
+    kernel = getattr(transformer, "kernel_", None) or getattr(transformer, "kernel", None)
     if kernel == "rbf":
         gamma = getattr(transformer, "gamma_", None) or getattr(transformer, "gamma", None)
         K = rbf_kernel(X, gamma=gamma if gamma is not None else 1.0 / X.shape[1])

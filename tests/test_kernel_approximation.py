@@ -304,3 +304,16 @@ def test_save_load_roundtrip(tmp_path, digits, km64, kind, ext):
     np.testing.assert_array_equal(back.get_feature_names_out(), fn.get_feature_names_out())
     if kind == "qkmeans":  # the landmark model comes back fitted
         np.testing.assert_array_equal(back.landmarks.predict(X[:50]), qk.predict(X[:50]))
+
+
+def test_transform_uses_the_kernel_of_fit(digits, km64):
+    """Changing ``kernel`` after fit does not mix the new kernel with the old
+    normalisation: transform (and nystroem_error) keep fit's kernel until refit."""
+    fn = FactorNystroem(km64, gamma=0.05).fit(digits)
+    before = fn.transform(digits[:100])
+    err = nystroem_error(digits[:300], fn)
+    fn.set_params(kernel="linear")
+    np.testing.assert_array_equal(fn.transform(digits[:100]), before)
+    assert nystroem_error(digits[:300], fn) == err
+    assert fn.fit(digits).kernel_ == "linear"
+    assert not np.allclose(fn.transform(digits[:100]), before)
