@@ -197,10 +197,14 @@ class _AtomicTarget:
         protocol = self.path.split("://", 1)[0]
         return f"{protocol}://{self.tmp}"
 
-    def __enter__(self):
+    def check(self):
+        """FileExistsError if the target exists and ``overwrite`` is false."""
         if self.exists(self.fpath) and not self.overwrite:
             raise FileExistsError(f"{self.path!r} already exists; pass overwrite=True "
                                   "(--overwrite on the command line) to replace it.")
+
+    def __enter__(self):
+        self.check()
         if not self.url:
             os.makedirs(os.path.dirname(self.fpath) or ".", exist_ok=True)
         return self
@@ -223,6 +227,12 @@ class _AtomicTarget:
         if old is not None:
             self.remove(old)
         return False
+
+
+def check_writable(path, overwrite=False):
+    """Raise FileExistsError now (before a long computation) if :func:`save_arrays`
+    or :func:`save_array` would refuse ``path`` later."""
+    _AtomicTarget(path, overwrite).check()
 
 
 def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None,

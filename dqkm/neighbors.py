@@ -136,6 +136,10 @@ class ClusterIndex(BaseEstimator):
         owner = type(self).__name__
         self._check_clusterer()
         check_param("n_probe", self.n_probe, owner, low=1)  # before the fit's passes
+        if self.store is not None:
+            from .io import check_writable
+
+            check_writable(self.store, self.overwrite)
         Xd, _ = self._validate(X, reset=True)
         if _is_fitted(self.clusterer):
             clusterer = self.clusterer

@@ -93,6 +93,17 @@ def test_numpy_dask_zarr_identical(blobs, fitted_km, tmp_path):
     np.testing.assert_array_equal(onzarr.predict(Qd).compute(), ref.predict(Q))
     with pytest.raises(FileExistsError, match="overwrite=True"):
         ClusterIndex(fitted_km, store=store).fit(X)
+
+    class Spy(dqkm.KMeans):
+        fits = 0
+
+        def fit(self, X, y=None):
+            Spy.fits += 1
+            return super().fit(X)
+
+    with pytest.raises(FileExistsError, match="overwrite=True"):  # before any pass over X
+        ClusterIndex(Spy(8, random_state=0), store=store).fit(X)
+    assert Spy.fits == 0
     ClusterIndex(fitted_km, store=store, overwrite=True).fit(X)
 
 
