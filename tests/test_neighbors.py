@@ -362,3 +362,12 @@ def test_n_probe_changed_after_fit(blobs, fitted_km):
             idx.kneighbors(Q)
         with pytest.raises(ValueError, match="'n_probe'"):
             idx.kneighbors(None, 2)
+
+
+def test_passes_sklearn_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    results = check_estimator(ClusterIndex(dqkm.KMeans(3, random_state=0)), on_fail=None)
+    failed = [r for r in results if r["status"] == "failed"]
+    assert len(results) > 30 and not failed, [(r["check_name"], str(r["exception"])[:200])
+                                              for r in failed]
