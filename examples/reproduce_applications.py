@@ -112,10 +112,18 @@ def would_exceed(predict, X, limit):
     return t1 + per_row * (n - h1) > limit
 
 
+def step(name, K, seed, t0, what):
+    """One progress line on stderr per step of a case (a blobs seed takes minutes to an
+    hour; the table is printed when all seeds of a case are done)."""
+    print(f"    [{name}, K = {K}, seed {seed}, {time.perf_counter() - t0:6.0f} s] {what}",
+          file=sys.stderr, flush=True)
+
+
 def run_one(name, K, seed, a, rec):
     from sklearn.neighbors import KNeighborsClassifier
     from sklearn.svm import LinearSVC
 
+    t0 = time.perf_counter()
     Xtr, Xte, ytr, yte = load(name, seed, a.blob_centers)
     rng = np.random.default_rng(seed)
     sub = Xtr[rng.choice(len(Xtr), min(500, len(Xtr)), replace=False)]
@@ -126,11 +134,13 @@ def run_one(name, K, seed, a, rec):
     models["K-means"], t = timed(lambda: dqkm.KMeans(K, max_iter=max_iter,
                                                      random_state=seed).fit(Xtr))
     rec[("fit s", "K-means")].append(t)
+    step(name, K, seed, t0, f"K-means fitted ({t:.0f} s)")
     if a.qk_missing is None and not (name == "blobs" and a.no_qk_blobs):
         models["QK-means"], t = timed(lambda: dqkm.QKMeans(
             K, sparsity=5, max_iter=max_iter, palm_iter=a.palm_iter,
             palm_iter_init=a.palm_iter_init, random_state=seed).fit(Xtr))
         rec[("fit s", "QK-means")].append(t)
+        step(name, K, seed, t0, f"QK-means fitted ({t:.0f} s)")
     for m, model in models.items():
         rec[("AMI", m)].append(ami(ytr, model.predict(Xtr)))
         rec[("nnz", m)].append(model_nnz(model))
@@ -150,6 +160,7 @@ def run_one(name, K, seed, a, rec):
             acc = float(np.mean(pred == yte))
         rec[("1-NN acc", f"sklearn {algo}")].append(acc)
         rec[("1-NN query s", f"sklearn {algo}")].append(t)
+    step(name, K, seed, t0, "1-NN searches done")
     landmarks = {"uniform": FactorNystroem("uniform", n_components=K, gamma=gamma,
                                            random_state=seed),
                  "Un. F-Nys": FactorNystroem("hadamard", n_components=K, gamma=gamma,
@@ -169,6 +180,8 @@ def run_one(name, K, seed, a, rec):
             warnings.simplefilter("ignore")  # liblinear's ConvergenceWarning at max_iter
             svm = LinearSVC(max_iter=a.svm_iter, random_state=seed).fit(Ftr, ytr)
         rec[("SVM acc", m)].append(float(svm.score(fn.transform(Xte), yte)))
+        step(name, K, seed, t0, f"LinearSVC on the {m} features: {rec[('SVM acc', m)][-1]:.3f}")
+    step(name, K, seed, t0, "Nyström done")
 
 
 def fmt(v):
