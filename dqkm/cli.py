@@ -439,8 +439,8 @@ def main(argv=None):
     logging.getLogger("dqkm").setLevel(level)
     try:
         args.func(args)
-    except (CLIError, FileExistsError, FileNotFoundError, ImportError, ValueError,
-            TypeError) as e:
+    except (CLIError, FileExistsError, FileNotFoundError, ImportError, MemoryError,
+            ValueError, TypeError) as e:
         print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -19,13 +19,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from .cluster._base import check_param, is_lazy, validate_input
-from .parallel.engine import broadcast, compute
+from .parallel.engine import broadcast, compute, driver_memory_bytes
 from .parallel.data import to_dask
 from .parallel.neighbors import (build_index, center_sq_distances, drop_self, probe_clusters,
                                  query_block_rows, search)
 
 __all__ = ["ClusterIndex"]
 
+_IN_MEMORY_FRACTION = 0.5  # of the driver's free memory an in-memory index may take
 _FITTED_PREFIX = "fitted_clusterer__"  # names of the fitted clusterer's arrays in a saved model
 
 
@@ -58,7 +59,9 @@ class ClusterIndex(BaseEstimator):
     store : str or PathLike, optional
         Write the inverted index as a Zarr v3 group there (atomic); queries
         then read only the clusters they probe.  None: the index is kept in
-        memory (for Dask input the reordered X is computed into memory).
+        memory (for Dask input the reordered X is computed into memory; fit
+        raises MemoryError, before any pass, if that would take more than half
+        of the driver's free memory).
     overwrite : bool, default=False
         Replace an existing ``store``.
 
@@ -141,6 +144,7 @@ class ClusterIndex(BaseEstimator):
 
             check_writable(self.store, self.overwrite)
         Xd, _ = self._validate(X, reset=True)
+        self._check_in_memory_size(Xd)
         if _is_fitted(self.clusterer):
             clusterer = self.clusterer
             n_in = getattr(clusterer, "n_features_in_", Xd.shape[1])
@@ -178,6 +182,20 @@ class ClusterIndex(BaseEstimator):
         self.cluster_sizes_ = np.diff(self.index_.offsets)
         self.n_samples_fit_ = int(Xd.shape[0])
         return self
+
+    def _check_in_memory_size(self, Xd):
+        """Without ``store`` the index is X itself, reordered, in the driver's memory:
+        refuse (before any pass) when it would take more than half of what is free."""
+        if self.store is not None:
+            return
+        need = Xd.nbytes + 16 * Xd.shape[0]  # rows, ids and squared norms
+        free = driver_memory_bytes()
+        if need > _IN_MEMORY_FRACTION * free:
+            raise MemoryError(
+                f"An in-memory {type(self).__name__} of X needs {need / 1e9:.1f} GB on the "
+                f"driver, more than {_IN_MEMORY_FRACTION:.0%} of its {free / 1e9:.1f} GB "
+                "free: pass store='index.zarr' (a path every worker can read) to write the "
+                "index to Zarr; queries then read only the clusters they probe.")
 
     def _check_n_probe(self, n_clusters):
         """``n_probe`` in [1, n_clusters]: checked by fit and again by every query (it

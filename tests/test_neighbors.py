@@ -371,3 +371,20 @@ def test_passes_sklearn_check_estimator():
     failed = [r for r in results if r["status"] == "failed"]
     assert len(results) > 30 and not failed, [(r["check_name"], str(r["exception"])[:200])
                                               for r in failed]
+
+
+def test_in_memory_index_larger_than_the_driver_is_refused(blobs, fitted_km, tmp_path,
+                                                            monkeypatch):
+    """Without store the index is X on the driver: refused before any pass when it would
+    take more than half the free memory, with the remedy (store=) in the message."""
+    import dqkm.neighbors as nb
+
+    X = blobs[0]
+    monkeypatch.setattr(nb, "driver_memory_bytes", lambda: 1.5 * X.nbytes)
+    Xd = da.from_array(X, chunks=300)
+    with pytest.raises(MemoryError, match="store='index.zarr'"):
+        ClusterIndex(fitted_km).fit(Xd)
+    idx = ClusterIndex(fitted_km, store=tmp_path / "i.zarr").fit(Xd)  # on disk: fine
+    assert not idx.index_.in_memory
+    monkeypatch.setattr(nb, "driver_memory_bytes", lambda: 3.0 * X.nbytes)
+    assert ClusterIndex(fitted_km).fit(Xd).index_.in_memory

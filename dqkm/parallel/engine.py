@@ -377,15 +377,20 @@ def scheduler_workers(client) -> dict:
     return info["workers"]
 
 
+def driver_memory_bytes() -> float:
+    """Memory available to this (the driver's) process now."""
+    import psutil
+
+    return float(psutil.virtual_memory().available)
+
+
 def _cluster_memory_bytes() -> float:
     client = active_client()
     if client is not None:
         total = sum(float(w.get("memory_limit") or 0) for w in scheduler_workers(client).values())
         if total > 0:
             return total
-    import psutil
-
-    return float(psutil.virtual_memory().available)
+    return driver_memory_bytes()
 
 
 def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0.5):
