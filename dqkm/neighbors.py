@@ -59,9 +59,9 @@ class ClusterIndex(BaseEstimator):
     store : str or PathLike, optional
         Write the inverted index as a Zarr v3 group there (atomic); queries
         then read only the clusters they probe.  None: the index is kept in
-        memory (for Dask input the reordered X is computed into memory; fit
-        raises MemoryError, before any pass, if that would take more than half
-        of the driver's free memory).
+        memory (for Dask/Zarr input the reordered X is computed into memory;
+        fit raises MemoryError, before any pass, if that would take more than
+        half of the driver's free memory).
     overwrite : bool, default=False
         Replace an existing ``store``.
 
@@ -144,7 +144,8 @@ class ClusterIndex(BaseEstimator):
 
             check_writable(self.store, self.overwrite)
         Xd, _ = self._validate(X, reset=True)
-        self._check_in_memory_size(Xd)
+        if is_lazy(X):  # NumPy input: the caller already chose memory
+            self._check_in_memory_size(Xd)
         if _is_fitted(self.clusterer):
             clusterer = self.clusterer
             n_in = getattr(clusterer, "n_features_in_", Xd.shape[1])
@@ -184,8 +185,9 @@ class ClusterIndex(BaseEstimator):
         return self
 
     def _check_in_memory_size(self, Xd):
-        """Without ``store`` the index is X itself, reordered, in the driver's memory:
-        refuse (before any pass) when it would take more than half of what is free."""
+        """Without ``store`` the index of a lazy X is X itself, reordered, in the
+        driver's memory: refuse (before any pass) when it would take more than half of
+        what is free."""
         if self.store is not None:
             return
         need = Xd.nbytes + 16 * Xd.shape[0]  # rows, ids and squared norms

@@ -386,5 +386,6 @@ def test_in_memory_index_larger_than_the_driver_is_refused(blobs, fitted_km, tmp
         ClusterIndex(fitted_km).fit(Xd)
     idx = ClusterIndex(fitted_km, store=tmp_path / "i.zarr").fit(Xd)  # on disk: fine
     assert not idx.index_.in_memory
+    assert ClusterIndex(fitted_km).fit(X).index_.in_memory  # NumPy in: memory was chosen
     monkeypatch.setattr(nb, "driver_memory_bytes", lambda: 3.0 * X.nbytes)
     assert ClusterIndex(fitted_km).fit(Xd).index_.in_memory
