@@ -200,13 +200,16 @@ def test_pruning_skips_pairs_without_changing_the_result(dtype):
     assert (i1 < 60).all()
 
 
-def test_float32_near_ties_the_computed_scores_misorder_are_exact():
+def test_float32_near_ties_the_computed_scores_misorder_are_exact(monkeypatch):
     """Rows far from the origin (‖x‖ ≈ 1600, spread ≈ 1): the float32 GEMM's
     rounding (≈ 0.1 in the score) exceeds many gaps between neighbours, so
     the smallest computed score is often not the nearest row.  The search
     still returns the brute-force k-NN (float64 distances of the stored
     values), whatever the query blocks; the NumPy path, which trusts the
-    computed scores, does not — the case is one that tests the bound."""
+    computed scores, does not — the case is one that tests the bound.
+    (The float64 GEMM such clusters now get is turned off here: the float32
+    bound is what is tested; the next test takes the float64 path.)"""
+    monkeypatch.setattr(nb, "_WIDEN_FRACTION", np.inf)
     rng = np.random.default_rng(11)
     X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
     Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
@@ -224,6 +227,46 @@ def test_float32_near_ties_the_computed_scores_misorder_are_exact():
             assert np.array_equal(np.vstack(parts), got)
         old = _search_block_numpy(Q, probes, index, k, C)
         assert not np.array_equal(old[:, k:], ref[:, k:])
+
+
+def test_rows_far_from_the_origin_take_a_float64_gemm(monkeypatch):
+    """The same rows (‖x‖ ≈ 1600, spread ≈ 1): their float32 rounding bound admits
+    many rows as candidates, so such a cluster is scored by a float64 GEMM instead —
+    the same exact result, with far fewer exact distances; centred rows stay float32."""
+    import dqkm.kernels.cluster_search as cs
+
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
+    Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
+    labels = rng.integers(0, 3, 400)
+    index = make_index(X, labels, 3)
+    C = np.full((3, 64), 200.0, dtype=np.float32)
+    probes = all_probes(Q.shape[0], 3)
+    seen = []
+    kernel = cs.tile_topk
+
+    def spy(G, *args):
+        n = kernel(G, *args)
+        seen.append((G.dtype, n))
+        return n
+
+    monkeypatch.setattr(cs, "tile_topk", spy)
+    counts = {}
+    for widen in (np.inf, nb._WIDEN_FRACTION):
+        monkeypatch.setattr(nb, "_WIDEN_FRACTION", widen)
+        seen.clear()
+        got = search_block(Q, probes, index, 4, C)
+        assert_same(got, brute_force(Q, X, 4))
+        counts[widen] = ({str(d) for d, _ in seen}, sum(n for _, n in seen))
+    (dt32, n32), (dt64, n64) = counts[np.inf], counts[nb._WIDEN_FRACTION]
+    assert dt32 == {"float32"} and dt64 == {"float64"}
+    assert n64 < n32 / 8  # measured: 27,421 exact distances in float32, 2,253 in float64
+    # centred rows: the float32 GEMM as before
+    Xc, Qc = X - np.float32(200.0), Q - np.float32(200.0)
+    seen.clear()
+    assert_same(search_block(Qc, probes, make_index(Xc, labels, 3), 4, C - 200),
+                brute_force(Qc, Xc, 4))
+    assert {str(d) for d, _ in seen} == {"float32"}
 
 
 def test_pruning_gammas():
