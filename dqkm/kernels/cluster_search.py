@@ -145,7 +145,7 @@ def pruning_gammas(n_features, gemm_dtype, sq_dtype):
 
 @njit(cache=True, nogil=True)
 def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
-              best_d, best_i):  # OUT best_d, best_i
+              best_d, best_i, max_candidates):  # OUT best_d, best_i
     """Merge one cluster tile into the running top-k of a group of queries.
 
     Parameters
@@ -175,11 +175,18 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
         unused.
     best_i : ndarray of shape (m, k), int64 — OUT
         Their ids, ties by the lower id; ``−1`` when unused.
+    max_candidates : int
+        Give up (return −1) as soon as a query has more candidates than this:
+        the GEMM's dtype is too coarse for these rows (see below).  Queries
+        already merged stay merged; merging the tile again (e.g. from a float64
+        GEMM) adds nothing twice, as :func:`insert_topk` skips a pair it holds.
+        ``n`` or more: never give up.
 
     Returns
     -------
     int
-        The number of (query, row) pairs whose exact distance was computed.
+        The number of (query, row) pairs whose exact distance was computed, or
+        −1 when it gave up.
 
     Scores ``s_j = sq_norms[j] − (G[r, j] + G[r, j])`` (the dtypes and
     roundings of NumPy's ``sq_norms[None, :] − 2.0 * G``).  With
@@ -250,6 +257,8 @@ def tile_topk(G, sq_norms, Q, q_rows, q_sq, Xt, ids, kk, gamma_g, gamma_s,
                 if scores[j] <= thr or scores[j] - errs[j] <= upper:
                     cand[nc] = j
                     nc += 1
+            if nc > max_candidates:
+                return -1
         if bounded and nc <= 64:  # ascending score: the best first tighten the bound
             for t in range(1, nc):
                 j = cand[t]

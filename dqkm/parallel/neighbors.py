@@ -50,7 +50,6 @@ class InvertedIndex:
         self.X, self.ids, self.sq_norms, self.path = X, ids, sq_norms, path
         self.uid = uid  # a Zarr-backed index's identity, written once by build_index
         self._group = None
-        self._spreads = {}  # cluster -> mean ‖x‖² − ‖mean x‖², computed when first needed
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -85,19 +84,6 @@ class InvertedIndex:
             return self.X[lo:hi], self.ids[lo:hi], self.sq_norms[lo:hi]
         X, ids, sq = self._open()
         return X[lo:hi], ids[lo:hi], sq[lo:hi]
-
-    def spread(self, c, rows=None, sq_norms=None):
-        """``mean ‖x‖² − ‖mean x‖²`` over cluster ``c``'s rows (float64; one pass
-        over them the first time, then cached; ``rows``/``sq_norms``: the cluster's,
-        when the caller has them already)."""
-        value = self._spreads.get(c)
-        if value is None:
-            if rows is None:
-                rows, _, sq_norms = self.cluster(c)
-            mean = np.asarray(rows).mean(axis=0, dtype=np.float64)
-            value = float(np.mean(sq_norms, dtype=np.float64) - mean @ mean)
-            self._spreads[c] = value
-        return value
 
     @classmethod
     def open(cls, path):
@@ -289,9 +275,9 @@ def search_block(Q, probes, index, n_neighbors, centers):
 
     Per tile of a cluster (up to 4096 rows; a Zarr-backed index is read one
     cluster at a time) and the group of queries probing it: one GEMM in the
-    data's dtype (float64 for a float32 cluster whose rows lie far from the
-    origin relative to their spread: :func:`_float32_too_coarse`) gives the
-    scores ``‖x‖² − 2q·x``; then one numba kernel
+    data's dtype gives the scores ``‖x‖² − 2q·x`` (a float32 tile where a query
+    finds more than ``8·k + 64`` candidates is scored again in float64, see
+    ``_WIDEN_FACTOR``); then one numba kernel
     (:func:`dqkm.kernels.cluster_search.tile_topk`) takes per query every row
     that may, within the GEMM's rounding-error bound, be among the tile's
     ``min(k, rows)`` nearest, skips those whose distance provably exceeds the
@@ -338,49 +324,38 @@ def search_block(Q, probes, index, n_neighbors, centers):
         grp_q = pairs_q[a:b]
         rows, ids, sqn = index.cluster(c)
         Qc = Q[grp_q]  # the GEMM operand as in the NumPy path: same call, same bits
-        wide = rows.shape[0] > k and _float32_too_coarse(Qc, q_sq[grp_q], rows, sqn,
-                                                         lambda: index.spread(c, rows, sqn))
-        if wide:
-            Qc = Qc.astype(np.float64)
+        Qc64 = None    # set once a tile of this cluster needed a float64 GEMM
         for lo in range(0, rows.shape[0], _TILE_ROWS):
             Xt = np.ascontiguousarray(rows[lo:lo + _TILE_ROWS])
-            G = Qc @ (Xt.astype(np.float64) if wide else Xt).T
             ids_t = np.ascontiguousarray(ids[lo:lo + _TILE_ROWS], dtype=np.int64)
             sq_t = np.ascontiguousarray(sqn[lo:lo + _TILE_ROWS])
+            kk = min(k, Xt.shape[0])
+            if Qc64 is None:
+                G = Qc @ Xt.T
+                limit = (_WIDEN_FACTOR * kk + _WIDEN_SLACK if G.dtype == np.float32
+                         else Xt.shape[0])
+                if G.dtype not in gammas:
+                    gammas[G.dtype] = pruning_gammas(Q.shape[1], G.dtype, sq_t.dtype)
+                if tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, kk, *gammas[G.dtype],
+                             best_d, best_i, limit) >= 0:
+                    continue
+                Qc64 = Qc.astype(np.float64)  # too many candidates: this tile again
+            G = Qc64 @ Xt.astype(np.float64).T
             if G.dtype not in gammas:
                 gammas[G.dtype] = pruning_gammas(Q.shape[1], G.dtype, sq_t.dtype)
-            tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, min(k, Xt.shape[0]),
-                      *gammas[G.dtype], best_d, best_i)
+            tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, kk, *gammas[G.dtype],
+                      best_d, best_i, Xt.shape[0])
     out[:, :k] = np.sqrt(best_d)  # already sorted by (distance, id)
     out[:, k:] = best_i
     return out
 
 
-# a cluster's scores are computed in float64 when the float32 GEMM's rounding-error bound
-# (≈ 2γ‖q‖‖x‖) exceeds this fraction of the rows' spread around their mean
-_WIDEN_FRACTION = 1.0 / 32
-
-
-def _float32_too_coarse(Qc, q_sq, rows, sq_norms, spread):
-    """Whether a float32 GEMM cannot rank this cluster's rows for these queries.
-
-    Rows far from the origin relative to their spread (e.g. features with a large
-    offset) make ``q·x`` large against the differences between rows: the float32
-    rounding bound of :func:`dqkm.kernels.cluster_search.tile_topk` then admits
-    many rows as candidates and prunes few, and their exact distances cost far
-    more than a float64 GEMM.  ``spread()``: the cluster's ``mean ‖x‖² − ‖mean x‖²``
-    (:meth:`InvertedIndex.spread`, one pass over its rows the first time).
-    """
-    if Qc.dtype != np.float32 or rows.dtype != np.float32:
-        return False
-    from ..kernels.cluster_search import pruning_gammas
-
-    gamma = pruning_gammas(rows.shape[1], np.float32, np.float64)[0]
-    spread = spread()
-    if not spread > 0:  # all rows equal: every row ties, float64 would not help
-        return False
-    err = 2.0 * gamma * np.sqrt(float(q_sq.max()) * float(np.max(sq_norms)))
-    return err > _WIDEN_FRACTION * spread
+# A float32 tile is scored again by a float64 GEMM when one of its queries has more
+# candidates than _WIDEN_FACTOR·kk + _WIDEN_SLACK: rows far from the origin relative to
+# their spread (large feature offsets) make q·x large against the gaps between rows, and
+# the float32 rounding bound then admits many rows and prunes few.
+_WIDEN_FACTOR = 8
+_WIDEN_SLACK = 64
 
 
 def _kernel_dtypes(Q, index):

@@ -192,7 +192,7 @@ def test_pruning_skips_pairs_without_changing_the_result(dtype):
             Xt = rows.astype(dtype)
             sq = np.einsum("ij,ij->i", Xt, Xt, dtype=np.float64)
             computed += tile_topk(Q @ Xt.T, sq, Q, q_rows, q_sq, Xt, np.arange(off, off + 60),
-                                  5, *gammas, best_d, best_i)
+                                  5, *gammas, best_d, best_i, 60)
         results.append((best_d, best_i, computed))
     (d1, i1, c1), (d2, i2, c2) = results
     assert np.array_equal(d1, d2) and np.array_equal(i1, i2)
@@ -209,7 +209,7 @@ def test_float32_near_ties_the_computed_scores_misorder_are_exact(monkeypatch):
     computed scores, does not — the case is one that tests the bound.
     (The float64 GEMM such clusters now get is turned off here: the float32
     bound is what is tested; the next test takes the float64 path.)"""
-    monkeypatch.setattr(nb, "_WIDEN_FRACTION", np.inf)
+    monkeypatch.setattr(nb, "_WIDEN_SLACK", 10 ** 9)
     rng = np.random.default_rng(11)
     X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
     Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
@@ -231,8 +231,9 @@ def test_float32_near_ties_the_computed_scores_misorder_are_exact(monkeypatch):
 
 def test_rows_far_from_the_origin_take_a_float64_gemm(monkeypatch):
     """The same rows (‖x‖ ≈ 1600, spread ≈ 1): their float32 rounding bound admits
-    many rows as candidates, so such a cluster is scored by a float64 GEMM instead —
-    the same exact result, with far fewer exact distances; centred rows stay float32."""
+    many rows as candidates, so such a tile is given up and scored again by a float64
+    GEMM — the same exact result, with far fewer exact distances; centred rows stay
+    float32."""
     import dqkm.kernels.cluster_search as cs
 
     rng = np.random.default_rng(11)
@@ -252,13 +253,17 @@ def test_rows_far_from_the_origin_take_a_float64_gemm(monkeypatch):
 
     monkeypatch.setattr(cs, "tile_topk", spy)
     counts = {}
-    for widen in (np.inf, nb._WIDEN_FRACTION):
-        monkeypatch.setattr(nb, "_WIDEN_FRACTION", widen)
+    for slack in (10 ** 9, nb._WIDEN_SLACK):
+        monkeypatch.setattr(nb, "_WIDEN_SLACK", slack)
         seen.clear()
         got = search_block(Q, probes, index, 4, C)
         assert_same(got, brute_force(Q, X, 4))
-        counts[widen] = ({str(d) for d, _ in seen}, sum(n for _, n in seen))
-    (dt32, n32), (dt64, n64) = counts[np.inf], counts[nb._WIDEN_FRACTION]
+        counts[slack] = ({str(d) for d, n in seen if n >= 0}, sum(max(n, 0) for _, n in seen))
+        for step in (1, 64):  # tiles given up part-way, after some queries merged
+            parts = [search_block(Q[a:a + step], probes[a:a + step], index, 4, C)
+                     for a in range(0, Q.shape[0], step)]
+            assert np.array_equal(np.vstack(parts), got)
+    (dt32, n32), (dt64, n64) = counts[10 ** 9], counts[nb._WIDEN_SLACK]
     assert dt32 == {"float32"} and dt64 == {"float64"}
     assert n64 < n32 / 8  # measured: 27,421 exact distances in float32, 2,253 in float64
     # centred rows: the float32 GEMM as before
