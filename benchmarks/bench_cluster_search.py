@@ -21,6 +21,11 @@ differ are searched by brute force in float64 to say which side is exact
 (the NumPy path trusts the float32 GEMM's scores and misses near-ties).  The last line is one dense
 GEMM of the size of the n_probe = 1 scan for comparison.
 
+``--offsets V [V ...]`` adds a table of ``search_block`` on the data shifted by
+each V (rows far from the origin relative to their spread), with and without the
+float64 rescoring of float32 tiles whose candidates overflow, and whether the two
+results are identical.
+
 ``--block-rows N [N ...]`` adds a table of ``search_block`` alone at the first
 n_probe and k for each query block size N (the default block is the first
 row): seconds, GFlop/s and whether the result is identical to the default
@@ -30,6 +35,8 @@ block's — the measurement behind ``query_block_rows``'s sizes.  Run:
     .venv/bin/python benchmarks/bench_cluster_search.py --quick    # 20k × 500, K = 128
     .venv/bin/python benchmarks/bench_cluster_search.py --n-queries 100000 \
         --n-probe 1 --n-neighbors 1 --block-rows 4096 16384 50000 --repeat 2
+    .venv/bin/python benchmarks/bench_cluster_search.py --dim 64 --n 50000 \
+        --n-clusters 100 --n-probe 1 --n-neighbors 5 --offsets 0 30 300 3000
 """
 
 from __future__ import annotations
@@ -122,6 +129,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="20k × 500, K = 128, 2000 queries")
     ap.add_argument("--block-rows", type=int, nargs="+",
                     help="also time search_block alone with these query block sizes")
+    ap.add_argument("--offsets", type=float, nargs="+",
+                    help="also time search_block on the data shifted by each offset, with "
+                         "and without the float64 rescoring of coarse float32 tiles")
     args = ap.parse_args(argv)
     for flag, vals in (("--n", [args.n]), ("--dim", [args.dim]),
                        ("--n-clusters", [args.n_clusters]), ("--n-queries", [args.n_queries]),
@@ -170,6 +180,8 @@ def main(argv=None):
               f"{t_gemm:.3f} s, {2.0 * Q.shape[0] * rows * args.dim / 1e9 / t_gemm:.1f} GFlop/s")
         if args.block_rows:
             block_table(args, index, Q, centers, cdist, counts, block)
+        if args.offsets:
+            offset_table(args, index, Q, centers, cdist, block)
 
 
 def block_table(args, index, Q, centers, cdist, counts, default_block):
@@ -191,6 +203,37 @@ def block_table(args, index, Q, centers, cdist, counts, default_block):
         same = "yes" if np.array_equal(ref, out) else "NO"
         print(f"{b:>10} {-(-Q.shape[0] // b):>6} {t:>8.3f} {gflop / t:>8.1f} "
               f"{t_ref / t:>10.2f}  {same}")
+
+
+def offset_table(args, index, Q, centers, cdist, default_block):
+    """``search_block`` on the same data shifted by each offset (every coordinate +v:
+    rows far from the origin relative to their spread), with the float64 rescoring of
+    tiles whose float32 candidates overflow (the default) and without it."""
+    import dqkm.parallel.neighbors as nb
+
+    n_probe, k = args.n_probe[0], args.n_neighbors[0]
+    probes = _top_probes_block(cdist, n_probe)  # shifting changes no distance
+    print(f"\nsearch_block on shifted data (n_probe = {n_probe}, k = {k}, {Q.shape[0]} "
+          "queries): float32 GEMM only vs with the float64 rescoring")
+    hdr = f"{'offset':>8} {'float32 s':>10} {'rescored s':>10} {'ratio':>6}  identical"
+    print(hdr)
+    print("-" * len(hdr))
+    slack = nb._WIDEN_SLACK
+    for v in args.offsets:
+        X = index.X + np.float32(v)
+        shifted = InvertedIndex(index.offsets, X=X, ids=index.ids,
+                                sq_norms=np.einsum("ij,ij->i", X, X, dtype=np.float64))
+        Qv, Cv = Q + np.float32(v), centers + np.float32(v)
+        try:
+            nb._WIDEN_SLACK = 10 ** 12
+            plain, t_plain = best_of(args.repeat, lambda: run_search(
+                search_block, Qv, probes, shifted, k, Cv, default_block))
+        finally:
+            nb._WIDEN_SLACK = slack
+        wide, t_wide = best_of(args.repeat, lambda: run_search(
+            search_block, Qv, probes, shifted, k, Cv, default_block))
+        same = "yes" if np.array_equal(plain, wide) else "NO"
+        print(f"{v:>8g} {t_plain:>10.3f} {t_wide:>10.3f} {t_plain / t_wide:>6.2f}  {same}")
 
 
 if __name__ == "__main__":
