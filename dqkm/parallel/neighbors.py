@@ -330,21 +330,16 @@ def search_block(Q, probes, index, n_neighbors, centers):
             ids_t = np.ascontiguousarray(ids[lo:lo + _TILE_ROWS], dtype=np.int64)
             sq_t = np.ascontiguousarray(sqn[lo:lo + _TILE_ROWS])
             kk = min(k, Xt.shape[0])
-            if Qc64 is None:
-                G = Qc @ Xt.T
+            while True:  # at most twice: a float32 tile given up is scored in float64
+                G = Qc @ Xt.T if Qc64 is None else Qc64 @ Xt.astype(np.float64).T
                 limit = (_WIDEN_FACTOR * kk + _WIDEN_SLACK if G.dtype == np.float32
                          else Xt.shape[0])
                 if G.dtype not in gammas:
                     gammas[G.dtype] = pruning_gammas(Q.shape[1], G.dtype, sq_t.dtype)
                 if tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, kk, *gammas[G.dtype],
                              best_d, best_i, limit) >= 0:
-                    continue
+                    break
                 Qc64 = Qc.astype(np.float64)  # too many candidates: this tile again
-            G = Qc64 @ Xt.astype(np.float64).T
-            if G.dtype not in gammas:
-                gammas[G.dtype] = pruning_gammas(Q.shape[1], G.dtype, sq_t.dtype)
-            tile_topk(G, sq_t, Q, grp_q, q_sq, Xt, ids_t, kk, *gammas[G.dtype],
-                      best_d, best_i, Xt.shape[0])
     out[:, :k] = np.sqrt(best_d)  # already sorted by (distance, id)
     out[:, k:] = best_i
     return out

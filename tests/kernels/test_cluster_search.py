@@ -200,6 +200,22 @@ def test_pruning_skips_pairs_without_changing_the_result(dtype):
     assert (i1 < 60).all()
 
 
+def far_from_the_origin():
+    """Rows and queries with ‖x‖ ≈ 1600 and spread ≈ 1 in 3 clusters, all probed."""
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
+    Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
+    labels = rng.integers(0, 3, 400)
+    C = np.full((3, 64), 200.0, dtype=np.float32)
+    return X, Q, labels, make_index(X, labels, 3), C, all_probes(Q.shape[0], 3)
+
+
+def in_blocks(Q, probes, index, k, C, step):
+    """search_block over query blocks of ``step`` rows, stacked."""
+    return np.vstack([search_block(Q[a:a + step], probes[a:a + step], index, k, C)
+                      for a in range(0, Q.shape[0], step)])
+
+
 def test_float32_near_ties_the_computed_scores_misorder_are_exact(monkeypatch):
     """Rows far from the origin (‖x‖ ≈ 1600, spread ≈ 1): the float32 GEMM's
     rounding (≈ 0.1 in the score) exceeds many gaps between neighbours, so
@@ -210,21 +226,13 @@ def test_float32_near_ties_the_computed_scores_misorder_are_exact(monkeypatch):
     (The float64 GEMM such clusters now get is turned off here: the float32
     bound is what is tested; the next test takes the float64 path.)"""
     monkeypatch.setattr(nb, "_WIDEN_SLACK", 10 ** 9)
-    rng = np.random.default_rng(11)
-    X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
-    Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
-    labels = rng.integers(0, 3, 400)
-    index = make_index(X, labels, 3)
-    C = np.full((3, 64), 200.0, dtype=np.float32)
-    probes = all_probes(Q.shape[0], 3)
+    X, Q, labels, index, C, probes = far_from_the_origin()
     for k in (1, 4):
         ref = brute_force(Q, X, k)
         got = search_block(Q, probes, index, k, C)
         assert_same(got, ref)
         for step in (1, 7, 64):  # other GEMM shapes, same result
-            parts = [search_block(Q[a:a + step], probes[a:a + step], index, k, C)
-                     for a in range(0, Q.shape[0], step)]
-            assert np.array_equal(np.vstack(parts), got)
+            assert np.array_equal(in_blocks(Q, probes, index, k, C, step), got)
         old = _search_block_numpy(Q, probes, index, k, C)
         assert not np.array_equal(old[:, k:], ref[:, k:])
 
@@ -236,13 +244,7 @@ def test_rows_far_from_the_origin_take_a_float64_gemm(monkeypatch):
     float32."""
     import dqkm.kernels.cluster_search as cs
 
-    rng = np.random.default_rng(11)
-    X = (rng.standard_normal((400, 64)) + 200.0).astype(np.float32)
-    Q = (rng.standard_normal((300, 64)) + 200.0).astype(np.float32)
-    labels = rng.integers(0, 3, 400)
-    index = make_index(X, labels, 3)
-    C = np.full((3, 64), 200.0, dtype=np.float32)
-    probes = all_probes(Q.shape[0], 3)
+    X, Q, labels, index, C, probes = far_from_the_origin()
     seen = []
     kernel = cs.tile_topk
 
@@ -260,9 +262,7 @@ def test_rows_far_from_the_origin_take_a_float64_gemm(monkeypatch):
         assert_same(got, brute_force(Q, X, 4))
         counts[slack] = ({str(d) for d, n in seen if n >= 0}, sum(max(n, 0) for _, n in seen))
         for step in (1, 64):  # tiles given up part-way, after some queries merged
-            parts = [search_block(Q[a:a + step], probes[a:a + step], index, 4, C)
-                     for a in range(0, Q.shape[0], step)]
-            assert np.array_equal(np.vstack(parts), got)
+            assert np.array_equal(in_blocks(Q, probes, index, 4, C, step), got)
     (dt32, n32), (dt64, n64) = counts[10 ** 9], counts[nb._WIDEN_SLACK]
     assert dt32 == {"float32"} and dt64 == {"float64"}
     assert n64 < n32 / 8  # measured: 27,421 exact distances in float32, 2,253 in float64
