@@ -156,15 +156,21 @@ def cmd_fit(args):
           f"n_iter={getattr(model, 'n_iter_', '-')} seconds={seconds:.2f} -> {args.out}")
 
 
-def cmd_predict(args):
-    from .io import as_dask_array, load, save_array
+def _apply_saved_model(args, method):
+    """``predict``/``transform``: a saved model's ``method`` on the data store,
+    blockwise, written to ``--out``.  Returns the model and the (lazy) result."""
+    from .io import as_dask_array, save_array
 
     _check_out(args.out, args.overwrite)
-    model = load(args.model)
+    model = _load_model(args.model, needs=method, command=args.command)
     with _scheduler(args), _progress(args):
-        X = as_dask_array(args.data)
-        labels = model.predict(X)
-        save_array(labels, args.out, overwrite=args.overwrite)
+        out = getattr(model, method)(as_dask_array(args.data))
+        save_array(out, args.out, overwrite=args.overwrite)
+    return model, out
+
+
+def cmd_predict(args):
+    _, labels = _apply_saved_model(args, "predict")
     print(f"wrote {labels.shape[0]} labels to {args.out}")
 
 
@@ -229,14 +235,7 @@ def cmd_neighbors(args):
 
 
 def cmd_transform(args):
-    from .io import as_dask_array, save_array
-
-    _check_out(args.out, args.overwrite)
-    model = _load_model(args.model, needs="transform", command="transform")
-    with _scheduler(args), _progress(args):
-        X = as_dask_array(args.data)
-        Y = model.transform(X)
-        save_array(Y, args.out, overwrite=args.overwrite)
+    model, Y = _apply_saved_model(args, "transform")
     print(f"wrote {type(model).__name__} features {Y.shape[0]} x {Y.shape[1]} ({Y.dtype}) to "
           f"{args.out}")
 

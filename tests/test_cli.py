@@ -172,4 +172,10 @@ def test_index_neighbors_predict_transform(tmp_path):
     bad = run("neighbors", d / "idx.npz", d / "m.zarr", "--n-neighbors", 5000, "--out",
               d / "x.zarr", check=False)
     assert bad.returncode == 2 and "n_neighbors" in bad.stderr
-    assert sorted(p.name for p in d.iterdir()) == before
+    from dqkm.kernel_approximation import FactorNystroem
+
+    dqkm.save(FactorNystroem("uniform", n_components=20, random_state=0).fit(X), d / "fn.npz")
+    before.append("fn.npz")
+    bad = run("predict", d / "fn.npz", d / "m.zarr", "--out", d / "x.zarr", check=False)
+    assert bad.returncode == 2 and "is a FactorNystroem, which has no predict" in bad.stderr
+    assert sorted(p.name for p in d.iterdir()) == sorted(before)
