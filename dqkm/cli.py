@@ -192,9 +192,7 @@ def cmd_index(args):
     from .io import as_dask_array, load_array, save
     from .neighbors import ClusterIndex
 
-    _check_out(args.out, args.overwrite)
-    if args.store:
-        _check_out(args.store, args.overwrite)
+    _check_out(args.out, args.overwrite)  # an existing --store: ClusterIndex.fit, first
     clusterer = _load_model(args.model, needs="predict", command="index")
     if not hasattr(clusterer, "cluster_centers_"):
         raise CLIError(f"the model at {args.model!r} ({type(clusterer).__name__}) has no "
