@@ -79,6 +79,8 @@ def test_not_available_cells(rep):
     (["--tree-budget", "0"], "--tree-budget must be positive, got 0.0"),
     (["--blob-ks", "1"], r"--blob-ks must be integers >= 2, got \[1\]"),
     (["--svm-landmarks", "random"], r"--svm-landmarks: invalid choice: 'random'"),
+    (["--seeds", "3", "--seed-ids", "1", "3", "-1"],
+     r"--seed-ids must lie in 0 … 2 \(--seeds 3\), got \[-1, 3\]"),
 ])
 def test_bad_arguments(rep, capsys, args, message):
     with pytest.raises(SystemExit):
@@ -114,3 +116,21 @@ def test_would_exceed_projects_without_the_fixed_overhead(rep):
     assert not rep.would_exceed(overhead_then_cheap, X, 1.0)
     assert rep.would_exceed(slow_per_row, X, 0.5)
     assert not rep.would_exceed(slow_per_row, X, 5.0)
+
+
+def test_seed_ids_run_only_those_seeds(rep, tmp_path, monkeypatch, capsys):
+    ran = []
+
+    def fake_run_one(name, K, seed, a, rec):
+        ran.append((name, K, seed))
+        rec[("AMI", "K-means")].append(seed / 10)
+
+    monkeypatch.setattr(rep, "run_one", fake_run_one)
+    path = str(tmp_path / "r.json")
+    rep.main(["--datasets", "digits", "--seeds", "5", "--seed-ids", "3", "1", "3",
+              "--results", path])
+    assert ran == [("digits", 64, 1), ("digits", 64, 3)]
+    assert [r["key"]["seed"] for r in rep.load_results(path)] == [1, 3]
+    out = capsys.readouterr().out
+    assert "### digits, K = 64 (2 seeds)" in out
+    assert "| K-means |  |  |  |  |  | 0.200 ± 0.100 |" in out
