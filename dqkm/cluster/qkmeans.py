@@ -8,6 +8,7 @@ import math
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from ..io import pack_operator, unpack_operator
 from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans
 from ._base import check_param
 from .kmeans import KMeans
@@ -227,10 +228,7 @@ class QKMeans(KMeans):
         return factors.to_arrays()
 
     def _unpack(self, arrays, prefix):
-        from ..kernels import SparseFactors
-
-        return SparseFactors.from_arrays({k[len(prefix):]: v for k, v in arrays.items()
-                                          if k.startswith(prefix)})
+        return unpack_operator("SparseFactors", arrays, prefix)
 
     def _set_fitted(self, Xd, lazy, value, res):
         self.factors_ = res.state
@@ -265,7 +263,7 @@ class QKMeans(KMeans):
     # ------------------------------------------------------------- save/load
     def _get_state(self):
         arrays, meta = super()._get_state()
-        arrays.update({f"factors_{k}": v for k, v in self.factors_.to_arrays().items()})
+        arrays.update(pack_operator(self.factors_, "factors_")[1])
         meta.update({"flops_": self.flops_, "compression_": self.compression_})
         return arrays, meta
 
