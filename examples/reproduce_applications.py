@@ -32,7 +32,10 @@ skips it when run again with the same settings, so that a grid too long for
 one sitting (blobs at K = 512: minutes per QK-means fit, and LinearSVC trains
 one model per class) can be filled in over several runs; ``--no-svm`` leaves
 the LinearSVC column out, ``--svm-landmarks`` keeps it for some landmarks only
-(the preprint's blobs table has K-means and QK-means).
+(the preprint's blobs table has K-means and QK-means), ``--seed-ids`` runs only
+some seeds (so that two processes can share one case), and ``--svm-summary``
+prints the LinearSVC accuracies of a results file over every landmark, K and
+stored seed, whichever runs stored them.
 """
 
 from __future__ import annotations
@@ -234,6 +237,43 @@ def save_results(path, results):
     os.replace(tmp, path)
 
 
+def svm_summary(results):
+    """The LinearSVC accuracies stored in ``results``, one table per data set and settings:
+    a landmark × K grid of mean ± std over the seeds found, whatever ``--svm-landmarks`` /
+    ``--no-qk-blobs`` run produced each (they select what is computed, not its value).
+    A seed stored twice with different accuracies is reported, not averaged."""
+    groups = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for r in results:
+        key = r["key"]
+        common = {k: v for k, v in key["settings"].items() if k not in ("svm_landmarks", "qk")}
+        group = groups[(key["dataset"], json.dumps(common, sort_keys=True))]
+        for (metric, m), v in r["values"]:
+            if metric == "SVM acc" and v is not None:
+                group[(m, key["K"])][key["seed"]].append(v)
+    lines = []
+    for (dataset, common), group in groups.items():
+        if not group:
+            continue
+        Ks = sorted({K for _, K in group})
+        lines += [f"\n### LinearSVC accuracy, {dataset} ({common})\n",
+                  "| landmarks | " + " | ".join(f"K = {K}" for K in Ks) + " |",
+                  "|---" * (len(Ks) + 1) + "|"]
+        conflicts = []
+        for m in [m for m in LANDMARKS if any((m, K) in group for K in Ks)]:
+            cells = []
+            for K in Ks:
+                by_seed = group.get((m, K), {})
+                for seed, vs in sorted(by_seed.items()):
+                    if max(vs) - min(vs) > 1e-12:
+                        conflicts.append(f"{m}, K = {K}, seed {seed}: {sorted(set(vs))}")
+                vals = [vs[0] for _, vs in sorted(by_seed.items())]
+                cells.append(f"{fmt(vals)} ({len(vals)} seed{'s' if len(vals) > 1 else ''})"
+                             if vals else "")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines += [f"differing values stored for {c}" for c in conflicts]
+    print("\n".join(lines) if lines else "no LinearSVC accuracy stored", flush=True)
+
+
 def print_table(title, rec, n_seeds):
     print(f"\n### {title} ({n_seeds} seed{'s' if n_seeds > 1 else ''})\n", flush=True)
     metrics = ["1-NN acc", "1-NN query s", "Nyström error", "SVM acc", "transform s", "AMI",
@@ -283,7 +323,16 @@ def main(argv=None):
     p.add_argument("--results", help="JSON file of finished (data set, K, seed) results: "
                                      "read to skip them, written after each one (merged "
                                      "with what other runs wrote there meanwhile)")
+    p.add_argument("--svm-summary", action="store_true",
+                   help="print the LinearSVC accuracies stored in --results (every landmark "
+                        "and K, over the seeds stored, whichever runs stored them) and exit")
     a = p.parse_args(argv)
+    if a.svm_summary:
+        if not a.results or not os.path.exists(a.results):
+            p.error(f"--svm-summary reads the file given by --results; got {a.results!r}, "
+                    "which does not exist")
+        svm_summary(load_results(a.results))
+        return
     for flag, v in (("--seeds", a.seeds), ("--blob-centers", a.blob_centers),
                     ("--palm-iter", a.palm_iter), ("--palm-iter-init", a.palm_iter_init),
                     ("--svm-iter", a.svm_iter)):

@@ -134,3 +134,32 @@ def test_seed_ids_run_only_those_seeds(rep, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "### digits, K = 64 (2 seeds)" in out
     assert "| K-means |  |  |  |  |  | 0.200 ± 0.100 |" in out
+
+
+def test_svm_summary_combines_runs_and_reports_conflicts(rep, tmp_path, capsys):
+    def record(K, seed, landmarks, values, **extra):
+        settings = {"palm_iter": 30, "svm_iter": 1000, "svm_landmarks": landmarks, **extra}
+        return {"key": {"dataset": "blobs", "K": K, "seed": seed, "settings": settings},
+                "values": [[["SVM acc", m], v] for m, v in values.items()]
+                + [[["AMI", "K-means"], 0.5]]}
+
+    path = str(tmp_path / "r.json")
+    rep.save_results(path, [
+        record(128, 0, ["K-means"], {"K-means": 0.9}, qk=True),
+        record(128, 1, ["K-means", "uniform"], {"K-means": 0.8, "uniform": 0.7}, qk=False),
+        record(128, 1, ["K-means"], {"K-means": 0.8}, qk=True),  # the same value again
+        record(256, 0, ["uniform"], {"uniform": 0.5}, qk=False),
+        record(256, 0, ["K-means", "uniform"], {"uniform": 0.6}, qk=True),  # differs
+        record(128, 0, ["K-means"], {"K-means": 0.1}, qk=True, palm_iter=300),  # other group
+    ])
+    rep.main(["--svm-summary", "--results", path])
+    out = capsys.readouterr().out
+    first, second = out.split("### LinearSVC accuracy, blobs")[1:]
+    assert "| uniform | 0.700 ± 0.000 (1 seed) | 0.500 ± 0.000 (1 seed) |" in first
+    assert "| K-means | 0.850 ± 0.050 (2 seeds) |  |" in first
+    assert "differing values stored for uniform, K = 256, seed 0: [0.5, 0.6]" in first
+    assert '"palm_iter": 300' in second and "| K-means | 0.100 ± 0.000 (1 seed) |" in second
+
+    with pytest.raises(SystemExit):
+        rep.main(["--svm-summary", "--results", str(tmp_path / "none.json")])
+    assert "--svm-summary reads the file given by --results" in capsys.readouterr().err
