@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 
 from ._json import json_default
-from ._zarr_compat import local_chunk_reader
+from .zarr_chunk_reader import local_chunk_reader
 from .parallel.data import to_dask
 from .parallel.engine import compute_settled
 
@@ -66,7 +66,7 @@ def open_store(path, component=None, *, storage_options=None):
 
 def _from_zarr(arr, chunks=None) -> da.Array:
     # A local, row-chunked Zarr v3 store: one task per stored chunk, each
-    # reading its file directly (see dqkm._zarr_compat for why and when).
+    # reading its file directly (see dqkm.zarr_chunk_reader for why and when).
     reader = local_chunk_reader(arr, chunks)
     if reader is not None:
         return reader.to_dask()

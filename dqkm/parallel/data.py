@@ -8,7 +8,7 @@ import uuid
 import dask.array as da
 import numpy as np
 
-from .._zarr_compat import local_chunk_reader
+from ..zarr_chunk_reader import local_chunk_reader
 from .engine import cpu_count
 
 __all__ = ["auto_row_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]

@@ -1,4 +1,4 @@
-"""The fast local Zarr reader (dqkm._zarr_compat) against zarr-python's own reads."""
+"""The fast local Zarr reader (dqkm.zarr_chunk_reader) against zarr-python's own reads."""
 
 import os
 
@@ -9,7 +9,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, TransposeCodec, ZstdCodec
 
 from dqkm import io
-from dqkm._zarr_compat import local_chunk_reader
+from dqkm.zarr_chunk_reader import local_chunk_reader
 
 COMPRESSORS = {"none": None, "zstd": ZstdCodec(level=1), "gzip": GzipCodec(),
                "blosc": BloscCodec()}
