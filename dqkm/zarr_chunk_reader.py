@@ -1,30 +1,47 @@
-"""Fast reads of row-chunked Zarr v3 arrays on a local filesystem.
+"""Reading local Zarr arrays into Dask: a direct chunk-file reader, and checks
+that every task sees the store the driver saw.
 
-This is the one module where dqkm looks below Zarr's array API, and only at
-what the Zarr v3 specification fixes (the chunk key encoding, the ``bytes``
-codec and one compressor) through the array's public ``metadata`` and
-``store`` objects.
+This is the one module where dqkm looks below Zarr's array API (the project's
+only such uses of zarr-python: an array's ``metadata``, ``store`` and codec
+classes, and ``zarr.storage.LocalStore``), and only at what the Zarr v3
+specification fixes: the chunk key encoding, the ``bytes`` codec and one
+compressor (zstd, gzip or blosc, whose frame headers are read as RFC 8878,
+RFC 1952 and the Blosc format define them).
 
-Why: zarr-python's synchronous ``arr[...]`` runs every read through its
-asyncio event loop and a ``bytes`` object per chunk; on the project machine
-(2 cores) it took 0.13–0.34 s to read 200 MB of uncompressed float32 and did
-not decode zstd in parallel across Dask's threads (0.31 s per 200 MB, the
-same with 1 or 2 threads).  Reading a chunk file straight into a NumPy array
-(``np.fromfile``) and decoding it with numcodecs (which releases the GIL)
-takes 0.02 s and 0.085 s for the same 200 MB.  Each Dask task reads exactly
-one stored chunk, so the pass over a store stays one task per chunk.
+Why a reader of its own: zarr-python's synchronous ``arr[...]`` runs every
+read through its asyncio event loop and a ``bytes`` object per chunk, and did
+not decode zstd in parallel across Dask's threads.  Reading a chunk file
+straight into a NumPy array (``np.fromfile``) and decoding it with numcodecs
+(which releases the GIL) is several times faster.  Each Dask task reads
+exactly one stored chunk, so the pass over a store stays one task per chunk.
 
-Anything else — other stores (fsspec URLs), Zarr v2, sharding, filters,
-transposes, a non-native byte order, chunks along features, or Dask chunks
-that do not match the stored ones — returns ``None`` from
-:func:`local_chunk_reader`, and the caller uses ``dask.array.from_zarr``.
+What is checked:
+
+* Every decoded chunk has exactly the chunk's number of bytes (a 0-byte or
+  short chunk file, or a valid compressed stream of fewer values, is a
+  :class:`~dqkm.exceptions.StoreError` naming the store and the chunk, as
+  zarr-python refuses it too); a chunk that fails to decode is the same
+  error — never re-read some other way.
+* Paths in a graph are absolute, so a worker started in another directory
+  reads the same files.  A missing chunk *file* is legitimate Zarr (the chunk
+  holds the fill value); a missing *array* (its ``zarr.json``, or ``.zarray``
+  for Zarr v2) means the task cannot see the store, and is a ``StoreError``
+  naming the store and the worker.
+
+Anything the fast reader does not handle — other stores (fsspec URLs), Zarr
+v2, sharding, filters, transposes, a non-native byte order, chunks along
+features, Dask chunks that do not match the stored ones, or any exception
+while deciding — goes through zarr-python (:func:`from_zarr` does both).
 ``dask.config.set({"dqkm.fast-zarr-read": False})`` turns the fast path off.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import math
 import os
+import socket
 import sys
 import uuid
 from dataclasses import dataclass
@@ -33,26 +50,130 @@ import dask
 import dask.array as da
 import numpy as np
 
-__all__ = ["LocalChunkReader", "local_chunk_reader"]
+from .exceptions import StoreError
+
+__all__ = ["LocalChunkReader", "local_chunk_reader", "from_zarr", "local_array_dir",
+           "require_store"]
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def worker_description() -> str:
+    """Where this task runs: the Dask worker's address (if any) and the host name."""
+    host = socket.gethostname()
+    try:
+        from distributed import get_worker
+
+        return f"worker {get_worker().address} (host {host!r})"
+    except (ImportError, ValueError):
+        return f"host {host!r} (no Dask worker: the local scheduler)"
+
+
+def require_store(directory, meta_names=("zarr.json",), what="Zarr array"):
+    """Raise :class:`StoreError` unless ``directory`` holds one of ``meta_names``.
+
+    Called by a task before it trusts a missing chunk file to mean "fill value".
+    """
+    if any(os.path.exists(os.path.join(directory, m)) for m in meta_names):
+        return
+    raise StoreError(
+        f"The {what} {directory!r} is not visible on {worker_description()}: no "
+        f"{' or '.join(meta_names)} there. Every worker must see the store at the same "
+        "absolute path: put it on a filesystem all workers mount there, or use a URL "
+        "(e.g. s3://...); if it was removed or moved after the computation was set up, "
+        "open it again.")
+
+
+# ----------------------------------------------------------------------------- decoding
+class _ChunkSizeError(ValueError):
+    """A chunk decodes (or would decode) to the wrong number of bytes."""
+
+
+def _zstd_content_size(raw):
+    """The first zstd frame's Frame_Content_Size (RFC 8878, 3.1.1.1), or None if absent."""
+    head = raw[:18].tobytes()
+    if len(head) < 5 or head[:4] != _ZSTD_MAGIC:
+        raise _ChunkSizeError(f"{raw.nbytes} bytes that do not start a zstd frame")
+    descriptor = head[4]
+    single_segment = (descriptor >> 5) & 1
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
+    size = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+    if size == 0:
+        return None
+    if len(head) < pos + size:
+        raise _ChunkSizeError(f"a zstd frame header cut short ({raw.nbytes} bytes)")
+    value = int.from_bytes(head[pos:pos + size], "little")
+    return value + 256 if size == 2 else value
+
+
+def _decode_zstd(raw, out):
+    import numcodecs
+
+    nbytes = out.nbytes
+    size = _zstd_content_size(raw)
+    if size is None:  # a frame without its size: decode, then count
+        dec = np.frombuffer(numcodecs.Zstd().decode(raw), dtype=np.uint8)
+        if dec.nbytes != nbytes:
+            raise _ChunkSizeError(f"zstd data decoding to {dec.nbytes} bytes")
+        out.view(np.uint8)[...] = dec
+        return
+    if size != nbytes:
+        raise _ChunkSizeError(f"a zstd frame of {size} bytes")
+    numcodecs.Zstd().decode(raw, out=out)  # a frame shorter than it says raises
+
+
+def _decode_gzip(raw, out):
+    view = memoryview(out).cast("B")
+    with gzip.GzipFile(fileobj=io.BytesIO(raw), mode="rb") as f:
+        n = 0
+        while n < len(view):
+            got = f.readinto(view[n:])
+            if not got:
+                break
+            n += got
+        if n < len(view):
+            raise _ChunkSizeError(f"gzip data decoding to {n} bytes")
+        if f.read(1):
+            raise _ChunkSizeError("gzip data decoding to more bytes")
+
+
+def _decode_blosc(raw, out):
+    import numcodecs
+
+    head = raw[:16].tobytes()
+    if len(head) < 16:
+        raise _ChunkSizeError(f"{raw.nbytes} bytes, shorter than a blosc header")
+    nbytes = int.from_bytes(head[4:8], "little")
+    cbytes = int.from_bytes(head[12:16], "little")
+    if cbytes != raw.nbytes:
+        raise _ChunkSizeError(f"a blosc frame of {cbytes} compressed bytes cut to "
+                              f"{raw.nbytes}")
+    if nbytes != out.nbytes:
+        raise _ChunkSizeError(f"a blosc frame of {nbytes} bytes")
+    numcodecs.Blosc().decode(raw, out=out)
 
 
 def _decoder(codec):
-    """A numcodecs decoder for a Zarr v3 compressor codec, or None if unsupported."""
-    import numcodecs
+    """The decode function for a Zarr v3 compressor codec, or None if unsupported."""
     from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
     if isinstance(codec, ZstdCodec):
-        return numcodecs.Zstd()
+        return _decode_zstd
     if isinstance(codec, GzipCodec):
-        return numcodecs.GZip()
+        return _decode_gzip
     if isinstance(codec, BloscCodec):  # blosc frames carry their own parameters
-        return numcodecs.Blosc()
+        return _decode_blosc
     return None
 
 
+# ----------------------------------------------------------------------------- the reader
 @dataclass(frozen=True)
 class LocalChunkReader:
-    """Reads stored chunk ``i`` (along the first axis) of a local Zarr v3 array."""
+    """Reads stored chunk ``i`` (along the first axis) of a local Zarr v3 array.
+
+    ``directory`` is absolute, so the reader means the same files on every
+    worker.
+    """
 
     directory: str
     keys: tuple
@@ -60,26 +181,45 @@ class LocalChunkReader:
     chunk_shape: tuple
     dtype: np.dtype
     fill_value: object
-    decoder: object  # numcodecs codec or None (uncompressed)
+    decoder: object  # a _decode_* function, or None (uncompressed)
+
+    def _damaged(self, i, path, detail):
+        return StoreError(
+            f"Chunk {i} of the Zarr array {self.directory!r} (file {path!r}) is damaged: "
+            f"{detail}; expected {math.prod(self.chunk_shape)} values of {self.dtype} "
+            f"(chunk shape {self.chunk_shape}). zarr-python cannot read it either; write the "
+            "store again from its source.")
 
     def read(self, i):
-        """Chunk ``i`` as an ndarray (a missing chunk file is the fill value)."""
+        """Chunk ``i`` as an ndarray.
+
+        A missing chunk file is the fill value (if the array itself is there);
+        a damaged one is a :class:`StoreError`.
+        """
         start = i * self.chunk_shape[0]
         rows = min(self.chunk_shape[0], self.shape[0] - start)
         path = os.path.join(self.directory, *self.keys[i].split("/"))
         try:
-            raw = np.fromfile(path, dtype=self.dtype if self.decoder is None else np.uint8)
+            raw = np.fromfile(path, dtype=np.uint8)
         except FileNotFoundError:
+            require_store(self.directory)
             return np.full((rows,) + tuple(self.shape[1:]), self.fill_value, dtype=self.dtype)
+        except OSError as e:
+            raise StoreError(f"Chunk {i} of the Zarr array {self.directory!r} cannot be read "
+                             f"on {worker_description()}: {e}") from e
         size = math.prod(self.chunk_shape)
+        nbytes = size * self.dtype.itemsize
         if self.decoder is None:
-            flat = raw
+            if raw.nbytes != nbytes:
+                values = raw.nbytes / self.dtype.itemsize
+                raise self._damaged(i, path, f"it holds {values:g} values; expected {size}")
+            flat = raw.view(self.dtype)
         else:
             flat = np.empty(size, dtype=self.dtype)
-            self.decoder.decode(raw, out=flat)
-        if flat.size != size:
-            raise OSError(f"Zarr chunk file {path!r} holds {flat.size} values; expected "
-                          f"{size} (chunk shape {self.chunk_shape}).")
+            try:
+                self.decoder(raw, flat)
+            except Exception as e:  # noqa: BLE001 - any decoding failure is a damaged chunk
+                raise self._damaged(i, path, f"{type(e).__name__}: {e}") from e
         return flat.reshape(self.chunk_shape)[:rows]
 
     def to_dask(self):
@@ -99,8 +239,21 @@ class LocalChunkReader:
                              name=f"zarr-read-{uuid.uuid4().hex}")
 
 
+def local_array_dir(arr):
+    """The absolute directory of a zarr.Array in a local store, or None for other stores."""
+    from zarr.storage import LocalStore
+
+    if not isinstance(arr.store, LocalStore):
+        return None
+    root = os.path.abspath(os.fspath(arr.store.root))
+    return os.path.join(root, *[p for p in arr.path.split("/") if p])
+
+
 def local_chunk_reader(arr, chunks=None):
     """A :class:`LocalChunkReader` for ``arr`` if the fast path applies, else None.
+
+    Any exception while deciding (another zarr-python layout, unusual
+    metadata) means None: zarr-python reads the array instead.
 
     Parameters
     ----------
@@ -112,41 +265,111 @@ def local_chunk_reader(arr, chunks=None):
     if not dask.config.get("dqkm.fast-zarr-read", True):
         return None
     try:
-        from zarr.codecs import BytesCodec
-        from zarr.storage import LocalStore
-
-        meta = arr.metadata
-        if getattr(meta, "zarr_format", None) != 3 or not isinstance(arr.store, LocalStore):
-            return None
-        shape = tuple(int(s) for s in arr.shape)
-        chunk_shape = tuple(int(s) for s in arr.chunks)
-        if len(shape) == 0 or chunk_shape[1:] != shape[1:]:
-            return None
-        if chunks is not None:
-            rows = chunks[0] if isinstance(chunks, (tuple, list)) else chunks
-            if not isinstance(rows, (int, np.integer)) or int(rows) != chunk_shape[0]:
-                return None
-        codecs = tuple(meta.codecs)
-        if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
-            return None
-        dtype = np.dtype(arr.dtype)
-        endian = getattr(codecs[0].endian, "value", codecs[0].endian)
-        if dtype.itemsize > 1 and endian != sys.byteorder:
-            return None
-        if dtype.kind not in "biuf":
-            return None
-        decoder = None
-        if len(codecs) == 2:
-            decoder = _decoder(codecs[1])
-            if decoder is None:
-                return None
-        n_chunks = math.ceil(shape[0] / chunk_shape[0]) if shape[0] else 0
-        zeros = (0,) * (len(shape) - 1)
-        keys = tuple(meta.chunk_key_encoding.encode_chunk_key((i,) + zeros)
-                     for i in range(n_chunks))
-        directory = os.path.join(str(arr.store.root), *[p for p in arr.path.split("/") if p])
-        return LocalChunkReader(directory=directory, keys=keys, shape=shape,
-                                chunk_shape=chunk_shape, dtype=dtype,
-                                fill_value=meta.fill_value, decoder=decoder)
-    except (AttributeError, TypeError, ImportError):  # another zarr-python layout
+        return _local_chunk_reader(arr, chunks)
+    except Exception:  # noqa: BLE001 - deciding only; zarr-python reads what we cannot
         return None
+
+
+def _local_chunk_reader(arr, chunks):
+    from zarr.codecs import BytesCodec
+
+    meta = arr.metadata
+    if getattr(meta, "zarr_format", None) != 3:
+        return None
+    directory = local_array_dir(arr)
+    if directory is None:
+        return None
+    shape = tuple(int(s) for s in arr.shape)
+    chunk_shape = tuple(int(s) for s in arr.chunks)
+    if len(shape) == 0 or chunk_shape[1:] != shape[1:]:
+        return None
+    if chunks is not None:
+        rows = chunks[0] if isinstance(chunks, (tuple, list)) else chunks
+        if not isinstance(rows, (int, np.integer)) or int(rows) != chunk_shape[0]:
+            return None
+    codecs = tuple(meta.codecs)
+    if not codecs or not isinstance(codecs[0], BytesCodec) or len(codecs) > 2:
+        return None
+    dtype = np.dtype(arr.dtype)
+    endian = getattr(codecs[0].endian, "value", codecs[0].endian)
+    if dtype.itemsize > 1 and endian != sys.byteorder:
+        return None
+    if dtype.kind not in "biuf":
+        return None
+    decoder = None
+    if len(codecs) == 2:
+        decoder = _decoder(codecs[1])
+        if decoder is None:
+            return None
+    n_chunks = math.ceil(shape[0] / chunk_shape[0]) if shape[0] else 0
+    zeros = (0,) * (len(shape) - 1)
+    keys = tuple(meta.chunk_key_encoding.encode_chunk_key((i,) + zeros)
+                 for i in range(n_chunks))
+    return LocalChunkReader(directory=directory, keys=keys, shape=shape,
+                            chunk_shape=chunk_shape, dtype=dtype,
+                            fill_value=meta.fill_value, decoder=decoder)
+
+
+# ----------------------------------------------------------------------------- zarr-python
+class _CheckedLocalArray:
+    """A local zarr.Array (absolute root) whose every read first checks, where
+    it runs, that the array is there (zarr-python reads a missing array's
+    chunks as the fill value)."""
+
+    def __init__(self, arr, directory):
+        self.arr = arr
+        self.directory = directory
+        self.shape = tuple(arr.shape)
+        self.ndim = len(self.shape)
+        self.dtype = np.dtype(arr.dtype)
+        fmt = getattr(arr.metadata, "zarr_format", 3)
+        self.meta_names = ("zarr.json",) if fmt == 3 else (".zarray",)
+
+    def __getitem__(self, key):
+        require_store(self.directory, self.meta_names)
+        return self.arr[key]
+
+
+def _absolute(arr):
+    """``arr`` reopened on an absolute store root if its local root is relative."""
+    import zarr
+    from zarr.storage import LocalStore
+
+    root = os.fspath(arr.store.root)
+    if os.path.isabs(root):
+        return arr
+    return zarr.open_array(store=LocalStore(os.path.abspath(root), read_only=True),
+                           path=arr.path, mode="r")
+
+
+def from_zarr(arr, chunks=None) -> da.Array:
+    """A zarr.Array as a Dask array chunked along rows only (whole rows per chunk).
+
+    A local, row-chunked Zarr v3 array: one task per stored chunk, each
+    reading its file directly (:class:`LocalChunkReader`).  Anything else
+    goes through zarr-python, reading whole rows per Dask chunk even if the
+    store is also chunked along features; for a local store every task first
+    checks that it sees the array (:func:`require_store`).  Local paths in
+    the graph are absolute.
+
+    Parameters
+    ----------
+    arr : zarr.Array
+    chunks : int or tuple, optional
+        Rows per Dask chunk; default the stored row chunks.
+    """
+    reader = local_chunk_reader(arr, chunks)
+    if reader is not None:
+        return reader.to_dask()
+    rows = chunks if chunks is not None else arr.chunks[0]
+    dchunks = (rows,) + tuple(-1 for _ in arr.shape[1:])
+    try:
+        directory = local_array_dir(arr)
+    except AttributeError:  # not a store with a root
+        directory = None
+    if directory is None:
+        return da.from_zarr(arr, chunks=dchunks)
+    checked = _CheckedLocalArray(_absolute(arr), directory)
+    return da.from_array(checked, chunks=dchunks, lock=False, fancy=False,
+                         meta=np.empty((0,) * checked.ndim, dtype=checked.dtype),
+                         name=f"zarr-python-read-{uuid.uuid4().hex}")

@@ -118,3 +118,65 @@ def test_dataset_generated_store_is_read_fast_on_a_local_cluster(tmp_path):
         Xd = io.as_dask_array(tmp_path / "b.zarr")
         assert any(name.startswith("zarr-read-") for name in _layers(Xd))
         np.testing.assert_array_equal(Xd.compute(), expected)
+
+
+# ------------------------------------------------------------------ damaged chunks
+def _encoded(compressor, values):
+    """``values`` encoded as a valid chunk of ``compressor`` (a stream of its own)."""
+    import numcodecs
+
+    codec = {"none": None, "zstd": numcodecs.Zstd(level=1), "gzip": numcodecs.GZip(),
+             "blosc": numcodecs.Blosc()}[compressor]
+    return values.tobytes() if codec is None else bytes(codec.encode(values))
+
+
+@pytest.mark.parametrize("damage", ["empty", "short"])
+@pytest.mark.parametrize("compressor", sorted(COMPRESSORS))
+def test_a_damaged_chunk_is_a_store_error_naming_store_and_chunk(tmp_path, compressor, damage):
+    from dqkm.exceptions import StoreError
+
+    data = np.arange(80.0).reshape(40, 2)
+    arr = zarr.create_array(tmp_path / "d.zarr", shape=data.shape, chunks=(10, 2), dtype="f8",
+                            compressors=COMPRESSORS[compressor])
+    arr[...] = data
+    path = tmp_path / "d.zarr" / "c" / "2" / "0"
+    # a 0-byte file, or a valid stream of 10 of the chunk's 20 values
+    path.write_bytes(b"" if damage == "empty" else _encoded(compressor, data[20:25].copy()))
+    arr = zarr.open_array(tmp_path / "d.zarr", mode="r")
+    assert local_chunk_reader(arr) is not None
+    x = io._from_zarr(arr)
+    np.testing.assert_array_equal(x[:20].compute(), data[:20])  # the other chunks read
+    with pytest.raises(StoreError, match=r"Chunk 2 of the Zarr array '.*d\.zarr'.*damaged"):
+        x.compute()
+
+
+def test_a_failure_while_deciding_falls_back_to_zarr_python(tmp_path, monkeypatch):
+    from dqkm import zarr_chunk_reader
+
+    data = np.arange(40.0).reshape(20, 2)
+    arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(5, 2), dtype="f8",
+                            compressors=ZstdCodec(level=1))
+    arr[...] = data
+
+    def unexpected(codec):
+        raise RuntimeError("a zarr-python layout this reader does not know")
+
+    monkeypatch.setattr(zarr_chunk_reader, "_decoder", unexpected)
+    assert local_chunk_reader(arr) is None
+    x = io._from_zarr(arr)
+    assert not any(name.startswith("zarr-read-") for name in _layers(x))
+    np.testing.assert_array_equal(x.compute(), data)
+
+
+def test_a_relative_zarr_array_enters_the_graph_as_an_absolute_path(tmp_path, monkeypatch):
+    data = np.arange(40.0).reshape(20, 2)
+    monkeypatch.chdir(tmp_path)
+    zarr.create_array("r.zarr", shape=data.shape, chunks=(5, 2), dtype="f8")[...] = data
+    arr = zarr.open_array("r.zarr", mode="r")
+    assert local_chunk_reader(arr).directory == str(tmp_path / "r.zarr")
+    fast = io._from_zarr(arr)
+    with dask.config.set({"dqkm.fast-zarr-read": False}):
+        slow = io._from_zarr(arr)
+    monkeypatch.chdir(tmp_path.parent)  # as a worker started elsewhere
+    np.testing.assert_array_equal(fast.compute(), data)
+    np.testing.assert_array_equal(slow.compute(), data)
