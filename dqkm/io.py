@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 
 from ._json import json_default
-from .zarr_chunk_reader import local_chunk_reader
+from .zarr_chunk_reader import from_zarr
 from .parallel.data import to_dask
 from .parallel.engine import compute_settled
 
@@ -42,16 +42,23 @@ def _is_path(X) -> bool:
     return isinstance(X, (str, os.PathLike))
 
 
+def _local(path) -> str:
+    """A local path as an absolute one (what a graph may carry to workers started
+    elsewhere); a URL as it is."""
+    return str(path) if _is_url(path) else os.path.abspath(os.fspath(path))
+
+
 def open_store(path, component=None, *, storage_options=None):
     """Open a Zarr array stored at ``path`` (or the array ``component`` of the group there).
 
     A group with one array opens that array; a group with several opens
-    ``component`` (default ``"X"``).
+    ``component`` (default ``"X"``).  A local path is opened as an absolute
+    path, so that arrays read from it mean the same files on every worker.
     """
     if not _is_url(path) and not Path(path).exists():
         raise FileNotFoundError(f"No Zarr store at {str(path)!r}.")
     node = zarr.open(str(path), mode="r", storage_options=storage_options) if _is_url(path) \
-        else zarr.open(str(path), mode="r")
+        else zarr.open(_local(path), mode="r")
     if isinstance(node, zarr.Group):
         names = sorted(name for name, _ in node.arrays())
         if component is None:
@@ -65,26 +72,23 @@ def open_store(path, component=None, *, storage_options=None):
 
 
 def _from_zarr(arr, chunks=None) -> da.Array:
-    # A local, row-chunked Zarr v3 store: one task per stored chunk, each
-    # reading its file directly (see dqkm.zarr_chunk_reader for why and when).
-    reader = local_chunk_reader(arr, chunks)
-    if reader is not None:
-        return reader.to_dask()
-    # Read whole rows per Dask chunk even if the store is also chunked along
-    # features: a Dask chunk then spans several Zarr chunks, no rechunk needed.
-    rows = chunks if chunks is not None else arr.chunks[0]
-    dchunks = (rows,) + tuple(-1 for _ in arr.shape[1:])
-    return da.from_zarr(arr, chunks=dchunks)
+    # One task per stored chunk reading its file directly where possible, else
+    # zarr-python; absolute paths, and tasks that check they see the store
+    # (see dqkm.zarr_chunk_reader).
+    return from_zarr(arr, chunks)
 
 
 def load_array(path, component=None, *, chunks=None, storage_options=None) -> da.Array:
     """A Zarr array (any dtype and ndim) as a lazy Dask array chunked along rows.
 
     A CSR group written by :func:`dqkm.sparse.save_csr` comes back as a Dask
-    array of CSR chunks (its own row chunks; ``chunks`` must be None).
+    array of CSR chunks (its own row chunks; ``chunks`` must be None).  A local
+    ``path`` enters the graph as an absolute path; a task that cannot see the
+    store raises :class:`~dqkm.exceptions.StoreError` naming it and the worker.
     """
     from .sparse import is_csr_store, load_csr
 
+    path = _local(path)
     if is_csr_store(path, storage_options):
         if chunks is not None:
             raise ValueError("chunks cannot be changed when loading a CSR group; rechunk the "

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from .exceptions import StoreError
 from .kernels.lloyd_sparse import as_csr
 from .parallel.engine import compute_settled
 
@@ -186,6 +188,13 @@ def _open_root(path, storage_options=None):
     return zarr.open_group(str(path), mode="r")
 
 
+def _where(path):
+    """``path`` as a graph may carry it: a URL as it is, a local path absolute."""
+    if isinstance(path, str) and "://" in path:
+        return path
+    return os.path.abspath(os.fspath(path))
+
+
 def is_csr_store(path, storage_options=None) -> bool:
     """True if ``path`` is a Zarr group written by :func:`save_csr`."""
     try:
@@ -195,18 +204,39 @@ def is_csr_store(path, storage_options=None) -> bool:
     return _ATTR in root.attrs
 
 
-def _read_block(block_id, *, path, storage_options, shape_cols, out_dtype):
-    g = _open_root(path, storage_options)[str(block_id[0])]
-    indptr = g["indptr"][...]
-    return sp.csr_matrix((g["data"][...].astype(out_dtype, copy=False), g["indices"][...], indptr),
-                         shape=(indptr.shape[0] - 1, shape_cols))
+def _read_block(block_info=None, *, path, storage_options, shape_cols, out_dtype):
+    from .zarr_chunk_reader import worker_description
+
+    i = block_info[None]["chunk-location"][0]
+    rows = block_info[None]["chunk-shape"][0]
+    try:
+        g = _open_root(path, storage_options)[str(i)]
+        indptr = g["indptr"][...]
+        data, indices = g["data"][...], g["indices"][...]
+    except (FileNotFoundError, KeyError) as e:  # zarr's node-not-found errors included
+        raise StoreError(
+            f"Chunk {i} of the CSR group {path!r} is not visible on {worker_description()} "
+            f"({type(e).__name__}: {e}). Every worker must see the store at the same path: "
+            "put it on a filesystem all workers mount there, or use a URL (e.g. s3://...); "
+            "if it was removed or moved after the computation was set up, open it again.") \
+            from e
+    if indptr.shape != (rows + 1,) or data.shape != indices.shape or \
+            int(indptr[-1]) != data.size:
+        raise StoreError(
+            f"Chunk {i} of the CSR group {path!r} is damaged: expected indptr of {rows + 1} "
+            f"values ending at the number of non-zeros; got indptr of shape {indptr.shape} "
+            f"(last {indptr[-1] if indptr.size else None}), data {data.shape}, indices "
+            f"{indices.shape}. Write the group again with dqkm.sparse.save_csr.")
+    return sp.csr_matrix((data.astype(out_dtype, copy=False), indices, indptr),
+                         shape=(rows, shape_cols))
 
 
 def load_csr(path, *, storage_options=None) -> da.Array:
     """A Zarr CSR group (see :func:`save_csr`) as a lazy Dask array of CSR chunks.
 
     Nothing but the group's attributes is read now; each chunk is read by
-    its own task.
+    its own task, which checks that its arrays agree with each other and
+    with the chunk's number of rows.  A local ``path`` enters the graph as an absolute path.
 
     Raises
     ------
@@ -214,6 +244,8 @@ def load_csr(path, *, storage_options=None) -> da.Array:
         No store at ``path``.
     ValueError
         The store is not a dqkm CSR group, or has an unknown format version.
+    StoreError
+        (when computed) A task cannot see the group, or a chunk is damaged.
     """
     try:
         root = _open_root(path, storage_options)
@@ -232,7 +264,7 @@ def load_csr(path, *, storage_options=None) -> da.Array:
     if sum(rows) != n:
         raise ValueError(f"{str(path)!r}: row chunks {rows} do not sum to n_samples={n}.")
     return da.map_blocks(_read_block, chunks=(rows, (d,)), dtype=dtype, meta=_csr_meta(dtype),
-                         path=str(path), storage_options=storage_options, shape_cols=d,
+                         path=_where(path), storage_options=storage_options, shape_cols=d,
                          out_dtype=dtype)
 
 

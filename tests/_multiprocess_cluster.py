@@ -31,12 +31,18 @@ class MultiprocessCluster:
     timeout : float
         Seconds allowed for the scheduler file to appear and for all workers
         to connect.
+    own_cwds : bool
+        If true, each process runs in its own empty directory
+        ``workdir/<name>-cwd`` (as processes on other machines would: a
+        relative path means something else in each); otherwise all run in
+        ``workdir``.
     """
 
-    def __init__(self, workdir, n_workers=2, *, timeout=60.0):
+    def __init__(self, workdir, n_workers=2, *, timeout=60.0, own_cwds=False):
         self.workdir = Path(workdir)
         self.n_workers = n_workers
         self.timeout = timeout
+        self.own_cwds = own_cwds
         self.scheduler_file = self.workdir / "s.json"
         self.procs = []
         self.address = None
@@ -45,9 +51,13 @@ class MultiprocessCluster:
     def _spawn(self, name, args):
         log = open(self.workdir / f"{name}.log", "wb")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cwd = self.workdir
+        if self.own_cwds:
+            cwd = self.workdir / f"{name}-cwd"
+            cwd.mkdir(exist_ok=True)
         proc = subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=self.workdir, start_new_session=True)
+                                cwd=cwd, start_new_session=True)
         log.close()
         self.procs.append((name, proc))
         return proc

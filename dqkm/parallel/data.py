@@ -8,10 +8,11 @@ import uuid
 import dask.array as da
 import numpy as np
 
-from ..zarr_chunk_reader import local_chunk_reader
+from ..exceptions import DataError
+from ..zarr_chunk_reader import from_zarr
 from .engine import cpu_count
 
-__all__ = ["auto_row_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]
+__all__ = ["auto_row_chunks", "check_known_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]
 
 # A feature-chunked array at most this large is rechunked silently; larger ones
 # are rejected with the rechunk call to run (rechunking moves the whole array).
@@ -44,17 +45,42 @@ def _row_views(X: np.ndarray, chunks) -> da.Array:
     return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
 
 
+def check_known_chunks(X: da.Array, name="X") -> da.Array:
+    """Raise :class:`~dqkm.exceptions.DataError` if a chunk size of ``X`` is unknown.
+
+    Dask does not know the chunk sizes of an array after boolean masking
+    (``X[X[:, 0] > 0]``) or from ``ddf.values``; every dqkm pass needs them
+    (to lay out its blocks and results), so such input is refused up front
+    with the call that computes them.
+    """
+    for axis, sizes in enumerate(X.chunks):
+        if any(math.isnan(s) for s in sizes):
+            what = "rows" if axis == 0 else "features"
+            raise DataError(
+                f"{name} has unknown chunk sizes along axis {axis} ({what}; shape "
+                f"{X.shape}), as after boolean masking or DataFrame.values; dqkm needs them "
+                f"to plan its passes. Compute them once: {name} = "
+                f"{name}.compute_chunk_sizes() (from a Dask DataFrame, use "
+                "ddf.to_dask_array(lengths=True)).")
+    return X
+
+
 def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     """A Dask array chunked along rows only, from NumPy, Dask or a zarr.Array.
 
     ``chunks`` is the number of rows per chunk (int) or a tuple of row chunk
     sizes; by default ~64 MB chunks.  A Dask array chunked along features is
     rechunked when it is at most 256 MB, otherwise a ``ValueError`` shows the
-    ``rechunk`` call to run.  With ``copy=False`` a 2-D NumPy array's blocks
-    are views of it (for callers that finish with the array before returning:
-    the caller must not change X while the result is in use).
+    ``rechunk`` call to run.  A Dask array with unknown chunk sizes (NaN, after
+    boolean masking) raises :class:`~dqkm.exceptions.DataError` (see
+    :func:`check_known_chunks`).  A zarr.Array is read as by
+    :func:`dqkm.zarr_chunk_reader.from_zarr` (absolute local paths).  With
+    ``copy=False`` a 2-D NumPy array's blocks are views of it (for callers
+    that finish with the array before returning: the caller must not change
+    X while the result is in use).
     """
     if isinstance(X, da.Array):
+        check_known_chunks(X)
         if X.ndim == 2 and X.numblocks[1] > 1:
             if X.nbytes > SMALL_RECHUNK_BYTES:
                 raise ValueError(
@@ -66,9 +92,7 @@ def to_dask(X, chunks=None, *, copy=True) -> da.Array:
             X = X.rechunk({0: chunks})
         return X
     if type(X).__module__.startswith("zarr"):
-        reader = local_chunk_reader(X)
-        return to_dask(reader.to_dask() if reader is not None else da.from_zarr(X),
-                       chunks=chunks)
+        return to_dask(from_zarr(X), chunks=chunks)
     X = np.asarray(X)
     if X.ndim != 2:
         return da.from_array(X, chunks=X.shape or ())  # caller's validation reports ndim
