@@ -365,11 +365,11 @@ def from_zarr(arr, chunks=None) -> da.Array:
     dchunks = (rows,) + tuple(-1 for _ in arr.shape[1:])
     try:
         directory = local_array_dir(arr)
-    except AttributeError:  # not a store with a root
-        directory = None
-    if directory is None:
+        checked = None if directory is None else _CheckedLocalArray(_absolute(arr), directory)
+    except (AttributeError, TypeError):  # not a store with a root, or not a NumPy dtype
+        checked = None
+    if checked is None:
         return da.from_zarr(arr, chunks=dchunks)
-    checked = _CheckedLocalArray(_absolute(arr), directory)
     return da.from_array(checked, chunks=dchunks, lock=False, fancy=False,
                          meta=np.empty((0,) * checked.ndim, dtype=checked.dtype),
                          name=f"zarr-python-read-{uuid.uuid4().hex}")
