@@ -187,7 +187,8 @@ class LocalChunkReader:
         return StoreError(
             f"Chunk {i} of the Zarr array {self.directory!r} (file {path!r}) is damaged: "
             f"{detail}; expected {math.prod(self.chunk_shape)} values of {self.dtype} "
-            f"(chunk shape {self.chunk_shape}). zarr-python cannot read it either; write the "
+            f"({math.prod(self.chunk_shape) * self.dtype.itemsize} bytes, chunk shape "
+            f"{self.chunk_shape}). zarr-python cannot read it either; write the "
             "store again from its source.")
 
     def read(self, i):
@@ -219,7 +220,9 @@ class LocalChunkReader:
             try:
                 self.decoder(raw, flat)
             except Exception as e:  # noqa: BLE001 - any decoding failure is a damaged chunk
-                raise self._damaged(i, path, f"{type(e).__name__}: {e}") from e
+                detail = str(e) if isinstance(e, _ChunkSizeError) else \
+                    f"{type(e).__name__}: {e}"
+                raise self._damaged(i, path, detail) from e
         return flat.reshape(self.chunk_shape)[:rows]
 
     def to_dask(self):
@@ -314,7 +317,10 @@ def _local_chunk_reader(arr, chunks):
 class _CheckedLocalArray:
     """A local zarr.Array (absolute root) whose every read first checks, where
     it runs, that the array is there (zarr-python reads a missing array's
-    chunks as the fill value)."""
+    chunks as the fill value); a chunk zarr-python refuses is a StoreError.
+
+    Dask reads it with ``key`` a tuple of slices (``fancy=False``).
+    """
 
     def __init__(self, arr, directory):
         self.arr = arr
@@ -327,7 +333,13 @@ class _CheckedLocalArray:
 
     def __getitem__(self, key):
         require_store(self.directory, self.meta_names)
-        return self.arr[key]
+        try:
+            return self.arr[key]
+        except (ValueError, RuntimeError, OSError) as e:  # zarr-python refuses a chunk
+            raise StoreError(
+                f"Rows {key[0].start}:{key[0].stop} of the Zarr array {self.directory!r} "
+                f"cannot be read on {worker_description()}: a chunk there is damaged "
+                f"({type(e).__name__}: {e}). Write the store again from its source.") from e
 
 
 def _absolute(arr):

@@ -180,3 +180,40 @@ def test_a_relative_zarr_array_enters_the_graph_as_an_absolute_path(tmp_path, mo
     monkeypatch.chdir(tmp_path.parent)  # as a worker started elsewhere
     np.testing.assert_array_equal(fast.compute(), data)
     np.testing.assert_array_equal(slow.compute(), data)
+
+
+def _zstd_frame_without_content_size(payload):
+    """One zstd frame (RFC 8878) of one raw block whose header omits the content size."""
+    header = b"\x28\xb5\x2f\xfd" + bytes([0x00, 0x00])  # no size, 1 KiB window
+    return header + ((len(payload) << 3) | 1).to_bytes(3, "little") + payload
+
+
+def test_a_zstd_frame_without_its_size_is_counted_after_decoding(tmp_path):
+    from dqkm.exceptions import StoreError
+
+    data = np.arange(80.0).reshape(40, 2)
+    arr = zarr.create_array(tmp_path / "z.zarr", shape=data.shape, chunks=(10, 2), dtype="f8",
+                            compressors=ZstdCodec(level=1))
+    arr[...] = data
+    path = tmp_path / "z.zarr" / "c" / "1" / "0"
+    path.write_bytes(_zstd_frame_without_content_size(data[10:20].tobytes()))
+    np.testing.assert_array_equal(io._from_zarr(arr).compute(), data)  # whole: read
+    path.write_bytes(_zstd_frame_without_content_size(data[10:15].tobytes()))
+    with pytest.raises(StoreError, match=r"Chunk 1 of the Zarr array .*z\.zarr.*decoding to "
+                                         r"80 bytes; expected 20 values"):
+        io._from_zarr(arr).compute()
+
+
+def test_a_damaged_chunk_read_by_zarr_python_is_a_store_error(tmp_path):
+    from dqkm.exceptions import StoreError
+
+    data = np.arange(80.0).reshape(20, 4)
+    arr = zarr.create_array(tmp_path / "f.zarr", shape=data.shape, chunks=(10, 2), dtype="f8",
+                            compressors=ZstdCodec(level=1))  # chunked along features too
+    arr[...] = data
+    (tmp_path / "f.zarr" / "c" / "1" / "1").write_bytes(b"")
+    x = io._from_zarr(arr)
+    assert local_chunk_reader(arr) is None
+    np.testing.assert_array_equal(x[:10].compute(), data[:10])
+    with pytest.raises(StoreError, match=r"Rows 10:20 of the Zarr array '.*f\.zarr'.*damaged"):
+        x.compute()
