@@ -49,6 +49,21 @@ def test_kernel_assign_float32_large_values_same_labels(blobs):
     np.testing.assert_allclose(obj_s, obj * 1e40, rtol=1e-4)
 
 
+def test_kernel_float32_products_overflow_tile_reassigned_in_float64(blobs):
+    """½‖c‖² fits float32 but x·c does not: the tile is assigned again in float64."""
+    import scipy.sparse as sp
+
+    from dqkm.kernels.lloyd import assign_labels
+    from dqkm.kernels.lloyd_sparse import assign_labels_csr
+
+    X = blobs * np.float32(1e21)
+    C = blobs[[0, 1, 2, 3, 4]] * np.float32(1e18)
+    ref, ref_d = assign_labels(X.astype(np.float64), C.astype(np.float64))
+    for lab, mind in (assign_labels(X, C), assign_labels_csr(sp.csr_matrix(X), C)):
+        np.testing.assert_array_equal(lab, ref)
+        np.testing.assert_allclose(mind, ref_d, rtol=1e-5)
+
+
 def test_kernel_csr_float32_large_values_same_labels(blobs):
     import scipy.sparse as sp
 
@@ -94,7 +109,7 @@ def test_qkmeans_float32_large_values_same_labels(blobs):
     np.testing.assert_array_equal(d.argmin(axis=1), qs.predict(Xs).compute())
 
 
-def _too_large(match_magnitude=True):
+def _too_large():
     return pytest.raises(DataError, match=r"too large.*1\.\d+e\+16\d")
 
 

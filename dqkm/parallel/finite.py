@@ -30,6 +30,8 @@ def _where(bad):
     if bad.get("row") is None:
         return ""
     a, b = bad["rows"]
+    if bad["kind"] == "too large":
+        return f" in the block of rows {a}–{b - 1} (first overflowing row: {bad['row']})"
     return f" (first at row {bad['row']}, in the block of rows {a}–{b - 1})"
 
 
@@ -44,7 +46,7 @@ def bad_error(bad):
         return DataError(f"Input X contains {bad['kind']}{_where(bad)}. {_FIX}")
     m = bad["max_abs"]
     scale = 10.0 ** math.ceil(math.log10(m)) if m > 0 and math.isfinite(m) else 1.0
-    centers = (f"; the centers reach {bad['centers_max_abs']:.4g}"
+    centers = (f" (the centers' largest is {bad['centers_max_abs']:.4g})"
                if bad.get("centers_max_abs") is not None else "")
     return DataError(
         f"Input X holds values too large to cluster: the largest magnitude is {m:.4g}"
