@@ -136,8 +136,9 @@ class KMeans(DqkmClusterer):
     def _initial_centers(self, X, rng):
         K = self.n_clusters
         if not isinstance(self.init, str):
-            return self._check_init_array(self.init, K, X.shape[1],
-                                          type(self).__name__).astype(X.dtype)
+            init = self._check_init_array(self.init, K, X.shape[1], type(self).__name__)
+            check_sample(init, what=f"The 'init' array of {type(self).__name__}")
+            return init.astype(X.dtype)
         if self.init == "k-means||":
             rounds = 5 if self.init_max_iter is None else self.init_max_iter
             return kmeans_parallel_init(X, K, rng=rng,

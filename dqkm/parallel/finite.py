@@ -49,10 +49,12 @@ def bad_error(bad):
     centers = (f" (the centers' largest is {bad['centers_max_abs']:.4g})"
                if bad.get("centers_max_abs") is not None else "")
     return DataError(
-        f"Input X holds values too large to cluster: the largest magnitude is {m:.4g}"
+        f"{bad.get('what', 'Input X')} holds values too large to cluster: the largest "
+        f"magnitude is {m:.4g}"
         f"{_where(bad)}{centers}, and squared distances overflow {bad['dtype']} (|x| up to "
         f"about {safe_magnitude(bad['dtype'], bad['n_features']):.3g} is safe with "
-        f"{bad['n_features']} features). Rescale X first, e.g. X / {scale:.0e}.")
+        f"{bad['n_features']} features). Rescale X first, e.g. X / {scale:.0e}"
+        f"{' (and the init array likewise)' if 'what' in bad else ''}.")
 
 
 def raise_nonfinite(kind, bad=None):
@@ -116,9 +118,12 @@ def describe_bad(block, offset=0, dist=None, centers=None):
     return out
 
 
-def check_sample(rows):
+def check_sample(rows, what=None):
     """Refuse sampled rows of X (dense or CSR) that hold NaN or infinity, or whose
-    squared norms overflow float64 (the driver's k-means++ computes distances)."""
+    squared norms overflow float64 (the driver's k-means++ computes distances).
+
+    ``what`` names another array in the "too large" message (e.g. an init array).
+    """
     values = _values(rows)
     if values.size == 0:
         return
@@ -126,8 +131,9 @@ def check_sample(rows):
         raise_nonfinite("NaN" if np.isnan(values).any() else "infinity")
     max_abs = float(np.abs(values).max())
     if max_abs > safe_magnitude(np.float64, rows.shape[1]):
-        raise_bad({"kind": "too large", "row": None, "max_abs": max_abs,
-                   "dtype": "float64", "n_features": int(rows.shape[1])})
+        bad = {"kind": "too large", "row": None, "max_abs": max_abs,
+               "dtype": "float64", "n_features": int(rows.shape[1])}
+        raise_bad(bad if what is None else dict(bad, what=what))
 
 
 def first_bad(*bads):
