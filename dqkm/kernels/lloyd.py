@@ -119,6 +119,21 @@ def _argmin_tile64(X, start, stop, centers64, half64, best64, labels):  # OUT be
     _argmin_columns(gT, gT.shape[0], stop - start, half64, best64, labels, start)
 
 
+@njit(nogil=True, cache=True)
+def _mark_overflow(best64, t, mind, start):  # OUT mind
+    """``mind = +inf`` for the tile's rows whose float64 best is not finite; whether any.
+
+    A function of its own: the same test inline in :func:`_tiled`'s row loop
+    slowed that loop by a third (D = 16, K = 8).
+    """
+    found = False
+    for i in range(t):
+        if not np.isfinite(best64[i]):
+            mind[start + i] = np.inf
+            found = True
+    return found
+
+
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)  # as _finish_row's other callers
 def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, labels, mind,
            with_sums):  # OUT sums, counts, labels, mind
@@ -153,10 +168,10 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, label
             _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
         for r in range(start, stop):
             dist = _finish_row(X, r, labels[r], centers, sums, counts, with_sums)
-            if again and not np.isfinite(best64[r - start]):
-                dist = np.inf
             mind[r] = dist
             objective += dist
+        if again and _mark_overflow(best64, t, mind, start):
+            objective = np.inf
     return objective
 
 
