@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials
-from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, lloyd_partials_csr
+from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
 from .engine import broadcast, compute, driver_blas, map_blocks_reduce
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
@@ -256,10 +256,14 @@ def min_sq_distances(X, centers):
 def _distances_block(block, centers, offset):
     # ‖x‖² − 2x·c + ‖c‖² in float64 (as scikit-learn's euclidean_distances upcasts
     # float32), without its input check: NaN/inf and overflow are reported here
-    x = np.asarray(block, dtype=np.float64)
     c = np.asarray(centers, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ c.T)
+        if sp.issparse(block):
+            x = as_csr(block, "KMeans").astype(np.float64)
+            d2 = csr_row_norms(x)[:, None] - 2.0 * np.asarray(x @ c.T)
+        else:
+            x = np.asarray(block, dtype=np.float64)
+            d2 = np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ c.T)
         d2 += np.einsum("ij,ij->i", c, c)[None, :]
         out = np.sqrt(np.maximum(d2, 0.0, out=d2), out=d2).astype(block.dtype, copy=False)
     if not np.isfinite(out).all():
