@@ -243,3 +243,14 @@ def test_one_message_for_every_pass():
     with pytest.raises(DataError, match=r"^Input X contains NaN\. dqkm estimators need "
                                         "finite values; drop or impute them first\\.$"):
         finite.raise_nonfinite("NaN")
+
+
+def test_refusal_crosses_worker_processes(bad, dist_client):
+    """On a distributed cluster the DataError raised in a worker's task and the one
+    raised on the driver after a reduction keep their type and message."""
+    X, B = bad
+    km = dqkm.KMeans(3, random_state=0).fit(X)
+    with pytest.raises(DataError, match=BAD):
+        km.predict(B).compute()
+    with pytest.raises(DataError, match=r"Input X contains NaN \(first at row 123, "):
+        dqkm.KMeans(3, init=X[:3], random_state=0).fit(B)

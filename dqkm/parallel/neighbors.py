@@ -539,4 +539,6 @@ def nystroem_map(Xd, op, u_sq, normalization, kernel, gamma):
 
 def _nystroem_checked(block, state, offset):
     # NaN or infinity in a row makes its features NaN: refused here, in the same task
-    return check_block(block, offset, nystroem_block(block, state))
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = nystroem_block(block, state)
+    return check_block(block, offset, out)
