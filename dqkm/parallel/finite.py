@@ -112,7 +112,8 @@ def describe_bad(block, offset=0, dist=None, centers=None):
         r = int(offset) + int(np.argmax(d)) if d.any() else None
     max_abs = float(np.abs(values).max(initial=0.0))
     out = {"kind": "too large", "row": r if r is not None else int(offset), "rows": rows,
-           "max_abs": max_abs, "dtype": str(values.dtype), "n_features": int(block.shape[1])}
+           # distances are accumulated in float64 whatever X's dtype
+           "max_abs": max_abs, "dtype": "float64", "n_features": int(block.shape[1])}
     if centers is not None:
         out["centers_max_abs"] = float(np.abs(np.asarray(centers)).max(initial=0.0))
     return out
