@@ -27,8 +27,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .cluster._base import check_param, validate_input
+from .exceptions import DataError
 from .kernels.hadamard import HadamardLandmarks, next_pow2
 from .parallel.engine import compute
+from .parallel.finite import check_sample
 from .parallel.lloyd import sample_rows
 from .parallel.neighbors import kernel_from_products, nystroem_map
 
@@ -176,7 +178,9 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             K = _DEFAULT_N_COMPONENTS if self.n_components is None else self.n_components
             if lm == "uniform":
                 K = min(K, Xd.shape[0])
-                return sample_rows(Xd, K, rng)
+                rows = sample_rows(Xd, K, rng)
+                check_sample(rows)  # an all-NaN model otherwise
+                return rows
             N = next_pow2(D)
             S = math.ceil(K / N)
             if self.seeds == "uniform":
@@ -185,6 +189,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                                      f"ceil(n_components / {N}) = {S} rows; X has "
                                      f"{Xd.shape[0]}.")
                 seeds = sample_rows(Xd, S, rng)
+                check_sample(seeds)
             else:
                 from .cluster.kmeans import KMeans
 
@@ -211,6 +216,9 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             if op.ndim != 2:
                 raise ValueError(f"The 'landmarks' array of {owner} must be 2-D (n_components, "
                                  f"n_features). Got shape {op.shape} instead.")
+            if not np.isfinite(op).all():
+                raise DataError(f"The 'landmarks' array of {owner} contains NaN or infinity; "
+                                "landmarks must be finite: drop or replace those rows.")
         else:
             raise TypeError(f"The 'landmarks' parameter of {owner} must be 'uniform', "
                             "'hadamard', a fitted clusterer, an operator with apply_rows or an "
@@ -232,7 +240,8 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         ----------
         X : array-like, Dask or Zarr array of shape (n_samples, n_features)
             Read only for ``'uniform'`` (the sampled rows) and ``'hadamard'``
-            (seeds: sampled rows or one K-means fit).
+            (seeds: sampled rows or one K-means fit).  Sampled rows holding
+            NaN or infinity raise :class:`~dqkm.exceptions.DataError`.
         y : ignored
 
         Returns

@@ -20,6 +20,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .cluster._base import check_param, is_lazy, validate_input
 from .parallel.engine import broadcast, compute, driver_memory_bytes
+from .parallel.finite import checked_rows
 from .parallel.data import to_dask
 from .parallel.neighbors import (build_index, center_sq_distances, drop_self, probe_clusters,
                                  query_block_rows, search)
@@ -246,6 +247,9 @@ class ClusterIndex(BaseEstimator):
             Row numbers in the X given to :meth:`fit`.
             Dask arrays for Dask input (lazy, aligned with X's row chunks).
 
+        A block of Dask queries holding NaN or infinity raises
+        :class:`~dqkm.exceptions.DataError` when it is computed.
+
         As :meth:`sklearn.neighbors.NearestNeighbors.kneighbors`, except that
         the neighbours are searched only in the ``n_probe`` nearest clusters
         (extended by the next ones when those hold fewer than
@@ -258,6 +262,8 @@ class ClusterIndex(BaseEstimator):
             return self._kneighbors_indexed(int(n_neighbors), return_distance)
         # in-memory queries: one block per core, views of X (no copy)
         Qd, lazy = self._validate(X, reset=False, row_chunks=query_block_rows)
+        if lazy:  # NaN/inf: DataError when the block is computed (in memory: validated)
+            Qd = checked_rows(Qd)
         probes = probe_clusters(self._assign(self.clusterer_, Qd, self.n_probe), self.n_probe)
         dist, ind = search(Qd, probes, self.index_, int(n_neighbors), self._centers)
         if not lazy:

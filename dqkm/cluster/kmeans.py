@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.engine import SchedulerLostError, driver_blas, maybe_persist
-from ..parallel.lloyd import (IterationResult, assign, inertia, kmeans_parallel_init, lloyd,
-                              min_sq_distances, sample_rows)
+from ..parallel.finite import check_sample
+from ..parallel.lloyd import (IterationResult, assign, center_distances, inertia,
+                              kmeans_parallel_init, lloyd, min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
 from ._checkpoint import Checkpoint, scheduler_lost
 
@@ -136,8 +136,9 @@ class KMeans(DqkmClusterer):
     def _initial_centers(self, X, rng):
         K = self.n_clusters
         if not isinstance(self.init, str):
-            return self._check_init_array(self.init, K, X.shape[1],
-                                          type(self).__name__).astype(X.dtype)
+            init = self._check_init_array(self.init, K, X.shape[1], type(self).__name__)
+            check_sample(init, what=f"The 'init' array of {type(self).__name__}")
+            return init.astype(X.dtype)
         if self.init == "k-means||":
             rounds = 5 if self.init_max_iter is None else self.init_max_iter
             return kmeans_parallel_init(X, K, rng=rng,
@@ -147,9 +148,7 @@ class KMeans(DqkmClusterer):
             return sample_rows(X, K, rng).astype(X.dtype)
         # CSR-chunked X: the sample stays sparse (scikit-learn's k-means++ takes CSR)
         sample = sample_rows(X, max(10 * K, 10_000), rng, dense=False)
-        if not np.isfinite(sample.data if sp.issparse(sample) else sample).all():
-            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
-                             "values; drop or impute them first.")
+        check_sample(sample)  # NaN, infinity, or squares that overflow float64
         with driver_blas():
             centers, _ = kmeans_plusplus(sample.astype(np.float64), K,
                                          random_state=int(rng.integers(2**31 - 1)))
@@ -310,27 +309,30 @@ class KMeans(DqkmClusterer):
 
     # ------------------------------------------------------------- inference
     def predict(self, X):
-        """Index of the closest center of each sample (blockwise on any size)."""
+        """Index of the closest center of each sample (blockwise on any size).
+
+        A block of X holding NaN or infinity, or values whose squared
+        distances overflow float64, raises :class:`~dqkm.exceptions.DataError`
+        (for Dask input: when that block is computed).
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
 
     def transform(self, X):
-        """Euclidean distances to every center, shape (n_samples, n_clusters)."""
+        """Euclidean distances to every center, shape (n_samples, n_clusters).
+
+        Refuses X as :meth:`predict` does.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
-        C = self.cluster_centers_.astype(Xd.dtype)
-
-        def _dist(block, C):
-            from sklearn.metrics.pairwise import euclidean_distances
-
-            return euclidean_distances(block, C)
-
-        out = Xd.map_blocks(_dist, C, chunks=(Xd.chunks[0], (C.shape[0],)), dtype=Xd.dtype)
-        return self._output(out, lazy)
+        return self._output(center_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
 
     def score(self, X, y=None):
-        """Opposite of the inertia of X on the fitted centers (higher is better)."""
+        """Opposite of the inertia of X on the fitted centers (higher is better).
+
+        Refuses X as :meth:`predict` does, naming the first row concerned.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         if lazy:

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
 from ..parallel.engine import SchedulerLostError, maybe_persist
+from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
                             prototype_distances, read_rows, write_rows)
 from ..parallel.lloyd import sample_rows
@@ -215,9 +216,7 @@ class KMultipleMeans(DqkmClusterer):
         c = self.n_clusters
         m_basis = m if m != "auto" else int(math.isqrt(n * c))
         basis_rows = sample_rows(X, max(m_basis, 2), rng).astype(np.float64)
-        if not np.isfinite(basis_rows).all():
-            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
-                             "values; drop or impute them first.")
+        check_sample(basis_rows)  # NaN, infinity, or squares that overflow float64
         mu, V = svd_basis(basis_rows, rank)
         info = {"distances_exact": 0, "distances_total": 0}
         if not isinstance(self.init, str):
@@ -231,9 +230,7 @@ class KMultipleMeans(DqkmClusterer):
             return basis_rows, mu, V, info  # Algorithm 4, lines 1 and 5: A = X′
         cap = m if m != "auto" else n
         sample = sample_rows(X, max(20 * m_basis, 20_000), rng)
-        if not np.isfinite(sample).all():
-            raise ValueError("Input X contains NaN or infinity. dqkm estimators need finite "
-                             "values; drop or impute them first.")
+        check_sample(sample)
         seed = kmeanspp_pruned(sample, min(cap, sample.shape[0]), rng, mu=mu, V=V,
                                adaptive=m == "auto",
                                min_prototypes=max(c + 1, self.n_neighbors + 1))
@@ -371,16 +368,24 @@ class KMultipleMeans(DqkmClusterer):
         """Cluster of each new point's nearest prototype (squared Euclidean).
 
         Prototypes with no point (label −1) are ignored; outlier detection is
-        not applied to new points.
+        not applied to new points.  A block of Dask input holding NaN or
+        infinity raises :class:`~dqkm.exceptions.DataError` when it is computed.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
+        if lazy:  # in-memory input was checked whole by its validation
+            Xd = checked_rows(Xd)
         return self._output(predict_labels(Xd, self.prototypes_, self.prototype_labels_), lazy)
 
     def transform(self, X):
-        """Euclidean distances to every prototype, shape (n_samples, n_prototypes)."""
+        """Euclidean distances to every prototype, shape (n_samples, n_prototypes).
+
+        Refuses NaN or infinity as :meth:`predict` does.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
+        if lazy:
+            Xd = checked_rows(Xd)
         return self._output(prototype_distances(Xd, self.prototypes_), lazy)
 
     # ------------------------------------------------------------- save/load

@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
+from ..parallel.finite import checked_rows
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
 from ._checkpoint import Checkpoint
@@ -267,15 +268,26 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
     # ------------------------------------------------------------- inference
     def transform(self, X):
-        """The embedding ``X·Q·Φ`` (SE) or ``X·R`` (RP), shape (n_samples, n_components)."""
+        """The embedding ``X·Q·Φ`` (SE) or ``X·R`` (RP), shape (n_samples, n_components).
+
+        A block of Dask input holding NaN or infinity raises
+        :class:`~dqkm.exceptions.DataError` when it is computed.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
+        if lazy:  # in-memory input was checked whole by its validation
+            Xd = checked_rows(Xd)
         return self._output(embed(Xd, self.embedding_), lazy)
 
     def predict(self, X):
-        """Embed X, then the index of the nearest embedded center of each sample."""
+        """Embed X, then the index of the nearest embedded center of each sample.
+
+        Refuses NaN or infinity as :meth:`transform` does.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
+        if lazy:
+            Xd = checked_rows(Xd)
         centers = self.embedded_centers_
         return self._output(embed_assign(Xd, self.embedding_, centers), lazy)
 

@@ -50,10 +50,21 @@ def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, argmin_norms, row_n
             if val < best:
                 best = val
                 arg = c
+        if round32 and not np.isfinite(best):
+            # a product overflowed float32: this row's argmin in float64
+            best = np.inf
+            arg = 0
+            for c in range(k):
+                val = center_norms[c] - 2.0 * g[c]
+                if val < best:
+                    best = val
+                    arg = c
         labels[i] = arg
         dist = row_norms[i] + center_norms[arg] - 2.0 * g[arg]
         if dist < 0.0:
             dist = 0.0
+        if not np.isfinite(best):
+            dist = np.inf  # overflows float64, or NaN/inf in the row: the callers refuse it
         mind[i] = dist
         objective += dist
         if with_sums:
@@ -114,7 +125,11 @@ def _run(X, centers, with_sums):
     # GEMM does, so that ties (frequent with disjoint sparse supports, where
     # x·c = 0 exactly) break the same way; the objective uses float64.
     round32 = data.dtype == np.float32
-    argmin_norms = c_norms.astype(data.dtype).astype(np.float64)
+    with np.errstate(over="ignore"):
+        argmin_norms = c_norms.astype(data.dtype).astype(np.float64)
+    if round32 and not np.isfinite(argmin_norms).all():
+        # ‖c‖² overflows float32 (centers beyond ~1e19): the argmin in float64
+        round32, argmin_norms = False, c_norms
     obj = _csr_lloyd_loop(data, indices, indptr, ct, c_norms, argmin_norms, rn, sums, counts,
                           labels, mind, with_sums, round32)
     return sums, counts, float(obj), labels, mind

@@ -53,6 +53,7 @@ from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statisti
                                     reference_svd)
 from ..kernels.lloyd import assign_labels
 from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
+from .finite import raise_nonfinite
 
 logger = logging.getLogger(__name__)
 
@@ -288,11 +289,6 @@ def read_rows(directory, n_blocks):
 
 
 # --------------------------------------------------------------------------- graph level
-def _raise_nonfinite(kind):
-    raise ValueError(f"Input X contains {kind}. dqkm estimators need finite values; "
-                     "drop or impute them first.")
-
-
 class _Passes:
     """Runs one pass over X and keeps the rows of S persisted on the workers."""
 
@@ -321,7 +317,7 @@ class _Passes:
         self.blocks = list(persisted[:-1])
         (res,) = compute(persisted[-1])
         if res["bad"]:
-            _raise_nonfinite(res["bad"])
+            raise_nonfinite(res["bad"])
         return res
 
     def theta(self, state):
@@ -332,7 +328,7 @@ class _Passes:
         red = tree_reduce(parts, _theta_combine, self.split_every or 8, name="kmm-theta-combine")
         (res,) = compute(red)
         if res[3]:
-            _raise_nonfinite(res[3])
+            raise_nonfinite(res[3])
         return outlier_threshold(res[0], res[1], res[2])
 
     def gather_S(self, m):

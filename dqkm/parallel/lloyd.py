@@ -15,13 +15,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials
-from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, lloyd_partials_csr
-from .engine import broadcast, compute, driver_blas, map_blocks_reduce, map_rows
+from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
+from .engine import broadcast, compute, driver_blas, map_blocks_reduce
+from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IterationResult", "lloyd", "lloyd_pass", "assign", "inertia", "sample_rows",
-           "kmeans_parallel_init"]
+__all__ = ["IterationResult", "lloyd", "lloyd_pass", "assign", "min_sq_distances",
+           "center_distances", "inertia", "sample_rows", "kmeans_parallel_init"]
 
 
 # --------------------------------------------------------------------------- chunk level
@@ -79,16 +80,12 @@ def _merge_moments(a, b):
         return (n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n))
 
 
-def _nonfinite_kind(block):
-    values = block.data if sp.issparse(block) else np.asarray(block)
-    return "NaN" if np.isnan(values).any() else "infinity"
-
-
-def _lloyd_chunk(block, centers, with_moments):
-    sums, counts, obj, _, _ = _partials(block, centers)
-    # A non-finite value in X makes its row's exact distance non-finite, so the
-    # objective doubles as the finiteness check: no extra pass over X.
-    bad = None if np.isfinite(obj) else _nonfinite_kind(block)
+def _lloyd_chunk(block, centers, with_moments, index, offset):
+    sums, counts, obj, _, mind = _partials(block, centers)
+    # A non-finite value in X, or one whose squared distances overflow float64,
+    # makes its row's exact distance non-finite, so the objective doubles as
+    # the check: no extra pass over X.
+    bad = None if np.isfinite(obj) else describe_bad(block, offset, mind, centers)
     out = {"sums": sums, "counts": counts, "objective": obj, "bad": bad}
     if with_moments:
         out["moments"] = _moments(block)
@@ -108,28 +105,25 @@ def _lloyd_combine(parts):
         out["sums"] += p["sums"]
         out["counts"] += p["counts"]
         out["objective"] += p["objective"]
-        out["bad"] = out["bad"] or p["bad"]
+        out["bad"] = first_bad(out["bad"], p["bad"])
         if "moments" in p:
             out["moments"] = _merge_moments(out["moments"], p["moments"])
     return out
 
 
-def _raise_nonfinite(kind):
-    raise ValueError(f"Input X contains {kind}. dqkm estimators need finite values; "
-                     "drop or impute them first.")
-
-
 def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
     """One pass: per-cluster sums (float64), counts, objective w.r.t. ``centers``.
 
-    Raises ``ValueError`` if X holds NaN or infinity (detected in the same pass).
+    Raises :class:`~dqkm.exceptions.DataError` (a ``ValueError``) if X holds
+    NaN or infinity, or values whose squared distances overflow float64
+    (detected in the same pass), naming the first row concerned.
     """
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_blocks_reduce(X, _lloyd_chunk, _lloyd_combine, args=(c, with_moments),
-                          split_every=split_every, name="lloyd")
+                          split_every=split_every, with_offsets=True, name="lloyd")
     (res,) = compute(d)
     if res["bad"]:
-        _raise_nonfinite(res["bad"])
+        raise_bad(res["bad"])
     return res
 
 
@@ -226,46 +220,84 @@ def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback
 
 
 # --------------------------------------------------------------------------- assignment
-def _assign_block(block, centers):
-    labels, _ = _assign(block, centers)
-    return labels
+def _checked_assign(block, centers, offset):
+    """Labels and squared distances of a block; raises for NaN/inf or overflow."""
+    labels, mind = _assign(block, centers)
+    if not np.isfinite(mind).all():
+        raise_bad(describe_bad(block, offset, mind, centers))
+    return labels, mind
+
+
+def _assign_block(block, centers, offset):
+    return _checked_assign(block, centers, offset)[0]
 
 
 def assign(X, centers):
-    """Lazy labels of X's rows (int32 Dask array aligned with X's row chunks)."""
+    """Lazy labels of X's rows (int32 Dask array aligned with X's row chunks).
+
+    A block holding NaN or infinity, or values whose squared distances
+    overflow float64, raises :class:`~dqkm.exceptions.DataError` when computed.
+    """
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
-    return map_rows(X, _assign_block, centers, dtype=np.int32, name="assign")
+    return map_rows_at(X, _assign_block, centers, dtype=np.int32, name="assign")
 
 
-def _mind_block(block, centers):
-    _, mind = _assign(block, centers)
-    return mind
+def _mind_block(block, centers, offset):
+    return _checked_assign(block, centers, offset)[1]
 
 
 def min_sq_distances(X, centers):
-    """Lazy squared distance of every row to its nearest center (float64)."""
+    """Lazy squared distance of every row to its nearest center (float64);
+    refuses blocks as :func:`assign`."""
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
-    return map_rows(X, _mind_block, centers, dtype=np.float64, name="min-sq-dist")
+    return map_rows_at(X, _mind_block, centers, dtype=np.float64, name="min-sq-dist")
 
 
-def _inertia_chunk(block, centers):
+def _distances_block(block, centers, offset):
+    # ‖x‖² − 2x·c + ‖c‖² in float64 (as scikit-learn's euclidean_distances upcasts
+    # float32), without its input check: NaN/inf and overflow are reported here
+    c = np.asarray(centers, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if sp.issparse(block):
+            x = as_csr(block, "KMeans").astype(np.float64)
+            d2 = csr_row_norms(x)[:, None] - 2.0 * np.asarray(x @ c.T)
+        else:
+            x = np.asarray(block, dtype=np.float64)
+            d2 = np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ c.T)
+        d2 += np.einsum("ij,ij->i", c, c)[None, :]
+        out = np.sqrt(np.maximum(d2, 0.0, out=d2), out=d2).astype(block.dtype, copy=False)
+    if not np.isfinite(out).all():
+        raise_bad(describe_bad(block, offset, out, centers))
+    return out
+
+
+def center_distances(X, centers):
+    """Lazy Euclidean distances of X's rows to every center, (n, K) in X's dtype;
+    refuses blocks as :func:`assign`."""
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    return map_rows_at(X, _distances_block, centers, dtype=X.dtype,
+                       n_columns=centers.shape[0], name="center-distances")
+
+
+def _inertia_chunk(block, centers, index, offset):
     _, mind = _assign(block, centers)
     s = float(mind.sum())
-    return (s, None if np.isfinite(s) else _nonfinite_kind(block))
+    return (s, None if np.isfinite(s) else describe_bad(block, offset, mind, centers))
 
 
 def _inertia_combine(parts):
-    return (sum(p[0] for p in parts), next((p[1] for p in parts if p[1]), None))
+    return (sum(p[0] for p in parts), first_bad(*(p[1] for p in parts)))
 
 
 def inertia(X, centers, *, split_every=None):
-    """Σ ‖x − nearest center‖² over X, in float64 (one pass)."""
+    """Σ ‖x − nearest center‖² over X, in float64 (one pass); refuses X as
+    :func:`lloyd_pass`."""
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_blocks_reduce(X, _inertia_chunk, _inertia_combine, args=(c,),
-                          split_every=split_every, name="inertia")
+                          split_every=split_every, with_offsets=True, name="inertia")
     ((value, bad),) = compute(d)
     if bad:
-        _raise_nonfinite(bad)
+        raise_bad(bad)
     return float(value)
 
 
@@ -304,13 +336,13 @@ def _kmp_round_chunk(block, candidates, ell, top, seed, rnd, index, offset):
     else:
         sel = np.arange(keys.size)
     return {"phi": phi, "parts": [(index, keys[sel], _dense(block[sel]), mind[sel].sum())],
-            "bad": None if np.isfinite(phi) else _nonfinite_kind(block)}
+            "bad": None if np.isfinite(phi) else describe_bad(block, offset, mind, candidates)}
 
 
 def _kmp_combine(parts):
     return {"phi": sum(p["phi"] for p in parts),
             "parts": [x for p in parts for x in p["parts"]],
-            "bad": next((p["bad"] for p in parts if p["bad"]), None)}
+            "bad": first_bad(*(p["bad"] for p in parts))}
 
 
 def _count_nearest_chunk(block, candidates):
@@ -343,7 +375,7 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
                               split_every=split_every, name="kmeans-parallel")
         (res,) = compute(d)
         if res["bad"]:
-            _raise_nonfinite(res["bad"])
+            raise_bad(res["bad"])
         phi = res["phi"]
         if phi <= 0:
             break

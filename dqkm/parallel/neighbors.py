@@ -25,6 +25,7 @@ import dask.array as da
 import numpy as np
 
 from .engine import broadcast, compute, map_rows
+from .finite import check_block, map_rows_at
 
 __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
            "landmark_products", "kernel_from_products", "center_sq_distances", "query_block_rows",
@@ -525,10 +526,19 @@ def nystroem_map(Xd, op, u_sq, normalization, kernel, gamma):
     """Lazy Nyström feature map of the rows of ``Xd``, shape (n, n_components).
 
     The landmark state (operator, ‖u‖², the K×K normalisation) is broadcast
-    once; one task per block; memory per task: the block and n_block × K.
+    once; one task per block; memory per task: the block and n_block × K.  A
+    block whose features come out non-finite (NaN or infinity in X) raises
+    :class:`~dqkm.exceptions.DataError` when it is computed.
     """
     st = broadcast((op, np.asarray(u_sq), np.asarray(normalization), kernel, gamma),
                    "nystroem")
     n_out = normalization.shape[0]
-    return Xd.map_blocks(nystroem_block, st, chunks=(Xd.chunks[0], (n_out,)), dtype=Xd.dtype,
-                         meta=np.empty((0, 0), Xd.dtype))
+    return map_rows_at(Xd, _nystroem_checked, st, dtype=Xd.dtype, n_columns=n_out,
+                       name="nystroem")
+
+
+def _nystroem_checked(block, state, offset):
+    # NaN or infinity in a row makes its features NaN: refused here, in the same task
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = nystroem_block(block, state)
+    return check_block(block, offset, out)
