@@ -46,7 +46,7 @@ from ._checkpoint_guard import (ITER_RE, LOCK_NAME, TMP_RE, CheckpointLock,
                                 check_checkpoint_path, input_store_paths)
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointLock", "CheckpointMismatchError",
-           "checkpointing", "identity_from_params", "scheduler_lost", "IGNORED_PARAMS",
+           "check_checkpoint_path", "checkpointing", "identity_from_params", "scheduler_lost", "IGNORED_PARAMS",
            "LOCK_NAME"]
 
 CHECKPOINT_FORMAT_VERSION = 2
@@ -190,8 +190,9 @@ class Checkpoint:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
-    def check_identity(self):
-        """Refuse a checkpoint of another estimator, other parameters or other data."""
+    def check_identity(self, skip=()):
+        """Refuse a checkpoint of another estimator, other parameters or other data
+        (the keys in ``skip`` are left to the caller, e.g. ``max_iter``)."""
         try:
             with open(os.path.join(self.path, "zarr.json")) as f:
                 found = dict(json.load(f)["attributes"]["dqkm_checkpoint"])
@@ -211,7 +212,7 @@ class Checkpoint:
         rest = sorted(keys - set(first) - {"data_fingerprint"})
         for key in first + rest + ["data_fingerprint"]:
             a, b = stored.get(key), mine.get(key)
-            if a == b:
+            if a == b or key in skip:
                 continue
             if key == "row_chunks":
                 what = f"X in {_describe(key, a)}, but this X is in {_describe(key, b)}"
@@ -319,7 +320,32 @@ class Checkpoint:
         name = self._latest_name()
         return None if name is None else os.path.join(self.path, name)
 
-    def load(self, optional=()):
+    def record_identity(self):
+        """Replace the identity recorded in ``zarr.json`` by this fit's (atomically)."""
+        target = os.path.join(self.path, "zarr.json")
+        with open(target) as f:
+            node = json.load(f)
+        node["attributes"]["dqkm_checkpoint"]["identity"] = self.identity
+        self._write_json(target, node)
+
+    def check_max_iter(self, max_iter, iteration, run=0):
+        """Allow ``max_iter`` to differ from the checkpoint's when the saved state
+        (after ``iteration`` of run ``run``) is on the path of a fit with
+        ``max_iter``: the first run, at most ``max_iter`` iterations in.  The
+        recorded identity then takes the new ``max_iter``."""
+        stored = self.stored_identity().get("max_iter")
+        if stored == max_iter:
+            return
+        if run > 0 or iteration > max_iter:
+            where = f"iteration {iteration}" + (f" of run {run + 1}" if run else "")
+            raise CheckpointMismatchError(
+                f"checkpoint {self.path!r} was written for max_iter={stored!r} and holds the "
+                f"state after {where}, but this fit has max_iter={max_iter!r}; a fit with "
+                "another max_iter resumes only a first run stopped at or before its max_iter. "
+                "Use another checkpoint path or resume=False to start over.")
+        self.record_identity()
+
+    def load(self, optional=(), skip=()):
         """``(arrays, meta)`` of the latest complete state, checked.
 
         Parameters
@@ -328,6 +354,8 @@ class Checkpoint:
             Glob patterns (relative to the state group) of array directories
             the state's reader does without: such an array may be missing
             entirely (not in part).
+        skip : sequence of str
+            Identity keys the caller checks itself (see :meth:`check_max_iter`).
 
         Raises
         ------
@@ -338,7 +366,7 @@ class Checkpoint:
             a missing state group, array or file, or an array whose bytes
             differ from those written (a missing chunk, a truncated file).
         """
-        self.check_identity()
+        self.check_identity(skip)
         name = self._latest_name()
         sub = os.path.join(self.path, name)
         if not os.path.isdir(sub):
@@ -393,7 +421,8 @@ class Checkpoint:
 
 
 @contextlib.contextmanager
-def checkpointing(path, *, inputs=None, identity, resume, optional=(), protected=None):
+def checkpointing(path, *, inputs=None, identity, resume, optional=(), protected=None,
+                  skip=("max_iter",)):
     """Open the checkpoint of one fit, locked for its duration.
 
     Parameters
@@ -411,6 +440,9 @@ def checkpointing(path, *, inputs=None, identity, resume, optional=(), protected
         See :meth:`Checkpoint.load`.
     protected : dict, optional
         More paths the checkpoint must stay apart from (description → path).
+    skip : sequence of str
+        Identity keys the fit checks itself once it has the state (``max_iter``:
+        :meth:`Checkpoint.check_max_iter`).
 
     Yields
     ------
@@ -427,7 +459,7 @@ def checkpointing(path, *, inputs=None, identity, resume, optional=(), protected
     with CheckpointLock(ck.path):
         ck.identity = json.loads(json.dumps(identity(), default=json_default))
         if resume and ck.exists():
-            saved = ck.load(optional)
+            saved = ck.load(optional, skip)
         else:
             ck.start()
             saved = None

@@ -263,6 +263,7 @@ class KMeans(DqkmClusterer):
         with checkpointing(checkpoint, inputs=inputs, resume=resume,
                            identity=lambda: self._checkpoint_identity(Xd)) as (ck, saved):
             if saved is not None:
+                ck.check_max_iter(self.max_iter, saved[1]["iteration"], saved[1]["run"])
                 logger.info("resuming from %s at run %d, iteration %d", checkpoint,
                             saved[1]["run"], saved[1]["iteration"])
             return self._runs(Xd, n_init, rng, callback, ck, saved, checkpoint)

@@ -315,6 +315,7 @@ class KMultipleMeans(DqkmClusterer):
         start = None
         if saved is not None:
             start, mu, V, seed_info = self._load_checkpoint(ck, Xd, saved)
+            ck.check_max_iter(self.max_iter, start.iteration)
             A = start.prototypes
             logger.info("resuming from %s after iteration %d", checkpoint, start.iteration)
         else:
