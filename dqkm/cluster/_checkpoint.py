@@ -380,18 +380,6 @@ class Checkpoint:
         except Exception as e:  # noqa: BLE001 - any read failure means a damaged state
             raise self._damaged(f"the state {name!r} cannot be read ({type(e).__name__}: "
                                 f"{e})") from None
-        for rel, size in files.items():
-            full = os.path.join(sub, *rel.split("/"))
-            if os.path.isfile(full) and os.path.getsize(full) == size:
-                continue
-            parts = rel.split("/")
-            gone = any(fnmatch("/".join(parts[:i]), pat) and
-                       not os.path.exists(os.path.join(sub, *parts[:i]))
-                       for pat in optional for i in range(1, len(parts)))
-            if not gone:
-                found = (f"{os.path.getsize(full)} bytes instead of {size}"
-                         if os.path.isfile(full) else "missing")
-                raise self._damaged(f"the file {name}/{rel} is {found}")
         arrays = {}
         for k, want in sums.items():
             try:
@@ -404,6 +392,18 @@ class Checkpoint:
                 raise self._damaged(f"the array {name}/{k} differs from what was written "
                                     "(a chunk is missing or altered)")
             arrays[k] = a
+        for rel, size in files.items():
+            full = os.path.join(sub, *rel.split("/"))
+            if os.path.isfile(full) and os.path.getsize(full) == size:
+                continue
+            parts = rel.split("/")
+            gone = any(fnmatch("/".join(parts[:i]), pat) and
+                       not os.path.exists(os.path.join(sub, *parts[:i]))
+                       for pat in optional for i in range(1, len(parts)))
+            if not gone:
+                found = (f"{os.path.getsize(full)} bytes instead of {size}"
+                         if os.path.isfile(full) else "missing")
+                raise self._damaged(f"the file {name}/{rel} is {found}")
         self._remove_strays(keep=name)
         return arrays, meta
 

@@ -98,10 +98,12 @@ def check_checkpoint_path(path, protected=None):
     if names and is_dqkm_checkpoint(real) is None and not _only_dqkm_leftovers(names):
         shown = ", ".join(repr(n) for n in sorted(names)[:5]) + (", ..." if len(names) > 5
                                                                  else "")
+        hint = (" Its zarr.json does not name a dqkm checkpoint of a known format (if it is a "
+                "damaged dqkm checkpoint, remove it yourself)." if "zarr.json" in names else "")
         raise CheckpointError(
             f"checkpoint {text!r} is a non-empty directory that is not a dqkm checkpoint (it "
-            f"holds {shown}); dqkm deletes only checkpoints it wrote. Pass a new or empty "
-            "directory as checkpoint.")
+            f"holds {shown}); dqkm deletes only checkpoints it wrote.{hint} Pass a new or "
+            "empty directory as checkpoint.")
 
 
 def _pid_alive(pid):
@@ -224,6 +226,9 @@ def _store_path(obj):
     """The local path a Zarr array/group/store or dqkm chunk reader reads, else None."""
     directory = getattr(obj, "directory", None)
     if type(obj).__name__ == "LocalChunkReader" and isinstance(directory, str):
+        # the array's directory: the store is its outermost enclosing Zarr node
+        while os.path.isfile(os.path.join(os.path.dirname(directory), "zarr.json")):
+            directory = os.path.dirname(directory)
         return directory
     if not type(obj).__module__.startswith("zarr"):
         return None
