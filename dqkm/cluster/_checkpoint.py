@@ -46,8 +46,8 @@ from ._checkpoint_guard import (ITER_RE, LOCK_NAME, TMP_RE, CheckpointLock,
                                 check_checkpoint_path, input_store_paths)
 
 __all__ = ["Checkpoint", "CheckpointError", "CheckpointLock", "CheckpointMismatchError",
-           "check_checkpoint_path", "checkpointing", "identity_from_params", "scheduler_lost", "IGNORED_PARAMS",
-           "LOCK_NAME"]
+           "check_checkpoint_path", "checkpointing", "identity_from_params", "scheduler_lost",
+           "IGNORED_PARAMS", "LOCK_NAME"]
 
 CHECKPOINT_FORMAT_VERSION = 2
 _FILES = "dqkm-files.json"
