@@ -297,3 +297,21 @@ def test_altered_array_bytes_are_detected(tmp_path, X):
 def test_mismatch_error_is_a_checkpoint_error_and_a_value_error():
     assert issubclass(CheckpointMismatchError, CheckpointError)
     assert issubclass(CheckpointMismatchError, ValueError)
+
+
+def test_sparse_embedded_kmeans_fingerprints_its_own_sparse_input(tmp_path):
+    """The identity holds the fingerprint of X itself (CSR here), not of the embedding."""
+    import scipy.sparse as sp
+
+    Xs = sp.random(500, 50, density=0.1, format="csr", random_state=0)
+    make = lambda: dqkm.SparseEmbeddedKMeans(  # noqa: E731
+        3, n_components=8, random_state=0, kmeans={"max_iter": 10, "tol": 0})
+    ck = tmp_path / "ck"
+    with pytest.raises(Interrupt):
+        make().fit(Xs, checkpoint=ck, callback=_stop_after(2))
+    Ys = Xs.copy()
+    Ys.data[0] += 1.0
+    with pytest.raises(CheckpointMismatchError, match="other data of the same shape"):
+        make().fit(Ys, checkpoint=ck, resume=True)
+    resumed = make().fit(Xs, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(resumed.cluster_centers_, make().fit(Xs).cluster_centers_)
