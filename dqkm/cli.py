@@ -148,12 +148,26 @@ def cmd_fit(args):
             fit_kw = {"checkpoint": args.checkpoint, "resume": args.resume}
         elif args.resume:
             raise CLIError("--resume needs --checkpoint PATH.")
-        model.fit(X, **fit_kw)
+        _fit_checkpointed(model, X, args, fit_kw)
         seconds = time.perf_counter() - t0
         save(model, args.out, overwrite=args.overwrite)
     inertia = getattr(model, "inertia_", float("nan"))
     print(f"{cls.__name__}: n_clusters={args.n_clusters} inertia={inertia:.6g} "
           f"n_iter={getattr(model, 'n_iter_', '-')} seconds={seconds:.2f} -> {args.out}")
+
+
+def _fit_checkpointed(model, X, args, fit_kw):
+    """``model.fit`` with ``--checkpoint``: the checkpoint may not be, contain or lie
+    inside the data store or ``--out``; a checkpoint refusal is one line, exit 2."""
+    from .cluster._checkpoint import CheckpointError, check_checkpoint_path
+
+    try:
+        if args.checkpoint:
+            check_checkpoint_path(args.checkpoint, {"the input store": args.data,
+                                                    "the --out path": args.out})
+        model.fit(X, **fit_kw)
+    except CheckpointError as e:
+        raise CLIError(f"--checkpoint: {e}") from None
 
 
 def _apply_saved_model(args, method):

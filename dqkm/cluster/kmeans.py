@@ -14,7 +14,8 @@ from ..parallel.finite import check_sample
 from ..parallel.lloyd import (IterationResult, assign, center_distances, inertia,
                               kmeans_parallel_init, lloyd, min_sq_distances, sample_rows)
 from ._base import DqkmClusterer, check_param
-from ._checkpoint import Checkpoint, scheduler_lost
+from ..parallel.fingerprint import data_fingerprint
+from ._checkpoint import checkpointing, identity_from_params, scheduler_lost
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +169,21 @@ class KMeans(DqkmClusterer):
         checkpoint : str or PathLike, optional
             A local directory where the driver state (centers or factors,
             iteration, RNG state, history) is written as a Zarr group after
-            every iteration, atomically.
+            every iteration, atomically.  It must be new, empty or a dqkm
+            checkpoint (which a fit with ``resume=False`` replaces); a file,
+            another non-empty directory, or a path that is, contains or lies
+            inside the input store is refused with a ``CheckpointError``.  The
+            fit locks it (a second fit on it gets a ``CheckpointError`` naming
+            the host and pid of the first) and records its identity: every
+            constructor parameter but ``persist``, and X's shape, dtype, row
+            chunks and fingerprint (per-chunk row counts and float64 column
+            sums: one extra pass over X, made only with a checkpoint).
         resume : bool, default=False
             Continue from ``checkpoint`` if it holds a state; the result is the
             same as an uninterrupted fit with the same seed.  A checkpoint of
-            another estimator or data set is refused.
+            another estimator, other parameters or other data is refused with
+            a ``CheckpointMismatchError``, a damaged one (a missing or altered
+            array, file or state) with a ``CheckpointError``.
 
         Returns
         -------
@@ -184,7 +195,7 @@ class KMeans(DqkmClusterer):
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         Xd, _ = maybe_persist(Xd, self.persist)
-        value, res = self._fit_runs(Xd, n_init, rng, callback, checkpoint, resume)
+        value, res = self._fit_runs(Xd, n_init, rng, callback, checkpoint, resume, inputs=X)
         self._set_fitted(Xd, lazy, value, res)
         return self
 
@@ -224,28 +235,39 @@ class KMeans(DqkmClusterer):
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
 
     def _checkpoint_identity(self, Xd):
-        identity = {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
-                    "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
-                    "n_clusters": int(self.n_clusters),
-                    "random_state": (self.random_state if isinstance(self.random_state, int)
-                                     else None),
-                    "init": self.init if isinstance(self.init, str) else "array"}
+        """What a checkpoint must match (see :func:`identity_from_params`): every
+        constructor parameter but ``persist``, X's shape, dtype, row chunks and
+        fingerprint (one extra pass over X, made only when a checkpoint is used)."""
+        owner = dict(getattr(self, "_owner_identity", {}))
         # An estimator that runs this K-means inside its own fit (SparseEmbeddedKMeans)
-        # names itself and its own parameters, so its checkpoints are told apart.
-        identity.update(getattr(self, "_owner_identity", {}))
+        # names itself and its own parameters (and the fingerprint of its own X), so its
+        # checkpoints are told apart.
+        fingerprint = owner.pop("data_fingerprint", None)
+        if callable(fingerprint):
+            fingerprint = fingerprint()
+        if fingerprint is None:
+            fingerprint = data_fingerprint(Xd, split_every=self.split_every)
+        identity = identity_from_params(self, Xd, fingerprint=fingerprint)
+        identity.update(owner)
         return identity
 
-    def _fit_runs(self, Xd, n_init, rng, callback, checkpoint, resume):
-        """The ``n_init`` runs, keeping the best; checkpointed when asked."""
-        ck = Checkpoint(checkpoint, self._checkpoint_identity(Xd)) if checkpoint else None
-        saved = None
-        if ck is not None:
-            if resume and ck.exists():
-                saved = ck.load()
+    def _fit_runs(self, Xd, n_init, rng, callback, checkpoint, resume, inputs=None):
+        """The ``n_init`` runs, keeping the best; checkpointed when asked.
+
+        With a checkpoint, the fit holds its lock throughout (released on any
+        exception too); ``inputs`` (X as given) names the input store the
+        checkpoint must stay apart from.
+        """
+        inputs = getattr(self, "_owner_inputs", inputs)  # the owner's X (SparseEmbeddedKMeans)
+        with checkpointing(checkpoint, inputs=inputs, resume=resume,
+                           identity=lambda: self._checkpoint_identity(Xd)) as (ck, saved):
+            if saved is not None:
+                ck.check_max_iter(self.max_iter, saved[1]["iteration"], saved[1]["run"])
                 logger.info("resuming from %s at run %d, iteration %d", checkpoint,
                             saved[1]["run"], saved[1]["iteration"])
-            else:
-                ck.start()
+            return self._runs(Xd, n_init, rng, callback, ck, saved, checkpoint)
+
+    def _runs(self, Xd, n_init, rng, callback, ck, saved, checkpoint):
         best = None
         start_run = 0
         if saved is not None:
@@ -279,7 +301,8 @@ class KMeans(DqkmClusterer):
                                  "history": best[1].history, "converged": best[1].converged,
                                  "last_objective": best[1].last_objective,
                                  "shift": best[1].shift}
-                ck.save(rec["iteration"] + 1000 * _run, arrays, {
+                # one name per (run, iteration): never the latest state's own name
+                ck.save(rec["iteration"] + (self.max_iter + 1) * _run, arrays, {
                     "run": _run, "iteration": rec["iteration"], "history": history,
                     "tol_abs": tol_abs, "converged": bool(converged), "shift": rec["shift"],
                     "last_objective": rec["objective"], "rng": _rng, "best": best_meta})

@@ -19,7 +19,9 @@ from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
                             prototype_distances, read_rows, write_rows)
 from ..parallel.lloyd import sample_rows
 from ._base import DqkmClusterer, check_param
-from ._checkpoint import Checkpoint, CheckpointMismatchError, scheduler_lost
+from ..parallel.fingerprint import data_fingerprint
+from ._checkpoint import (CheckpointMismatchError, checkpointing, identity_from_params,
+                          scheduler_lost)
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,9 @@ __all__ = ["KMultipleMeans"]
 
 _INIT_OPTIONS = {"random", "k-means++"}
 _SOLVERS = {"fast", "svd"}
+# Arrays of a checkpoint's rows of S that the reader does without when missing entirely
+# (rows written before they existed): the pruned search then seeds itself.
+_OPTIONAL_ROWS = ("rows/*/nxt", "rows/*/keep")
 
 
 class KMultipleMeans(DqkmClusterer):
@@ -261,12 +266,18 @@ class KMultipleMeans(DqkmClusterer):
             nearest prototypes, outlier flags and (``solver='fast'``)
             projections.  On a multi-machine cluster the directory must be on
             a filesystem the driver and all workers share, like the Zarr data.
+            The path rules, the lock and the identity (every parameter but
+            ``persist``, and ``svd_algorithm`` with ``solver='fast'``; X's
+            shape, dtype, row chunks and fingerprint: one extra pass over X,
+            made only with a checkpoint) are those of :meth:`dqkm.KMeans.fit`.
         resume : bool, default=False
             Continue from ``checkpoint`` if it holds a state (without redoing
             the initialisation); the result is the same as an uninterrupted fit
             with the same seed.  A checkpoint of another estimator, of other
             parameters or of another data set (or the same data in other row
-            chunks) is refused with a ``CheckpointMismatchError``.
+            chunks) is refused with a ``CheckpointMismatchError``; a damaged
+            one (a missing or altered array, a missing or truncated file of
+            the rows of S, a missing state) with a ``CheckpointError``.
 
         Returns
         -------
@@ -277,46 +288,11 @@ class KMultipleMeans(DqkmClusterer):
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(np.random.SeedSequence(rs.randint(2**31 - 1)))
         Xd, _ = maybe_persist(Xd, self.persist)
-        ck = Checkpoint(checkpoint, self._checkpoint_identity(Xd, m)) if checkpoint else None
-        start = None
-        if ck is not None and resume and ck.exists():
-            start, mu, V, seed_info = self._load_checkpoint(ck, Xd)
-            A = start.prototypes
-            logger.info("resuming from %s after iteration %d", checkpoint, start.iteration)
-        else:
-            if ck is not None:
-                ck.start()
-            A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
-        c, ell = self.n_clusters, self.n_neighbors
-        if c * ell > A.shape[0]:
-            warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {A.shape[0]} "
-                          "prototypes: every point links to n_neighbors prototypes, so a "
-                          "cluster needs at least that many and the graph can hardly split "
-                          "into n_clusters components. Use more prototypes or fewer "
-                          "neighbours.", UserWarning, stacklevel=2)
-        saved = {"iteration": start.iteration if start is not None else 0}
-
-        def on_iteration(state):
-            arrays, meta = state.pack()
-            arrays.update(mu=mu, V=V)
-            meta.update(seeding=seed_info, n_prototypes=int(A.shape[0]))
-            ck.save(state.iteration, arrays, meta,
-                    extra=lambda directory: write_rows(state.rows, directory))
-            saved["iteration"] = state.iteration
-
-        try:
-            res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
-                      solver=self.solver, svd_algorithm=self.svd_algorithm, mu=mu, V=V,
-                      max_iter=self.max_iter,
-                      max_inner_iter=self.max_inner_iter,
-                      detect_outliers=bool(self.detect_outliers), split_every=self.split_every,
-                      rng=rng, callback=callback,
-                      on_iteration=on_iteration if ck is not None else None, start=start)
-        except SchedulerLostError as e:
-            state = (f"outer iteration {saved['iteration']}"
-                     if ck is not None and ck.exists() else None)
-            raise scheduler_lost(type(self).__name__, e,
-                                 checkpoint if ck is not None else None, state) from e
+        # The fit holds the checkpoint's lock throughout (released on any exception too).
+        with checkpointing(checkpoint, inputs=X, resume=resume, optional=_OPTIONAL_ROWS,
+                           identity=lambda: self._checkpoint_identity(Xd, m)) as (ck, saved):
+            res, A, seed_info = self._fit_checkpointed(Xd, m, rank, rng, callback, ck, saved,
+                                                       checkpoint)
         self.prototypes_ = res.prototypes.astype(Xd.dtype)
         self.prototype_labels_ = res.proto_comp
         self.n_prototypes_ = int(A.shape[0])
@@ -331,25 +307,65 @@ class KMultipleMeans(DqkmClusterer):
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
         return self
 
-    def _checkpoint_identity(self, Xd, m):
-        """What a checkpoint must match: the estimator, the data's shape and
-        dtype, and the parameters that change the fit's path."""
-        return {"estimator": type(self).__name__, "n_samples": int(Xd.shape[0]),
-                "n_features": int(Xd.shape[1]), "dtype": str(Xd.dtype),
-                "n_clusters": int(self.n_clusters),
-                "n_prototypes": m if isinstance(m, str) else int(m),
-                "n_neighbors": int(self.n_neighbors), "solver": self.solver,
-                "detect_outliers": bool(self.detect_outliers),
-                "random_state": (self.random_state
-                                 if isinstance(self.random_state, (int, np.integer)) else None),
-                "init": self.init if isinstance(self.init, str) else "array",
-                # the reference's SVD changes F to rounding (and the run time): a
-                # checkpoint of one is not continued with the other ('fast' ignores it)
-                **({"svd_algorithm": self.svd_algorithm} if self.solver == "svd" else {})}
+    def _fit_checkpointed(self, Xd, m, rank, rng, callback, ck, saved, checkpoint):
+        """The fit from the initial or the resumed state (``saved``), writing ``ck``."""
+        start = None
+        if saved is not None:
+            start, mu, V, seed_info = self._load_checkpoint(ck, Xd, saved)
+            ck.check_max_iter(self.max_iter, start.iteration)
+            A = start.prototypes
+            logger.info("resuming from %s after iteration %d", checkpoint, start.iteration)
+        else:
+            A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
+        c, ell = self.n_clusters, self.n_neighbors
+        if c * ell > A.shape[0]:
+            warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {A.shape[0]} "
+                          "prototypes: every point links to n_neighbors prototypes, so a "
+                          "cluster needs at least that many and the graph can hardly split "
+                          "into n_clusters components. Use more prototypes or fewer "
+                          "neighbours.", UserWarning, stacklevel=3)
+        done = {"iteration": start.iteration if start is not None else 0}
 
-    def _load_checkpoint(self, ck, Xd):
-        """``(KMMState, mu, V, seeding)`` from the latest state of ``ck``."""
-        arrays, meta = ck.load()  # checks the identity first
+        def on_iteration(state):
+            arrays, meta = state.pack()
+            arrays.update(mu=mu, V=V)
+            meta.update(seeding=seed_info, n_prototypes=int(A.shape[0]))
+            ck.save(state.iteration, arrays, meta,
+                    extra=lambda directory: write_rows(state.rows, directory))
+            done["iteration"] = state.iteration
+
+        try:
+            res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
+                      solver=self.solver, svd_algorithm=self.svd_algorithm, mu=mu, V=V,
+                      max_iter=self.max_iter,
+                      max_inner_iter=self.max_inner_iter,
+                      detect_outliers=bool(self.detect_outliers), split_every=self.split_every,
+                      rng=rng, callback=callback,
+                      on_iteration=on_iteration if ck is not None else None, start=start)
+        except SchedulerLostError as e:
+            state = (f"outer iteration {done['iteration']}"
+                     if ck is not None and ck.exists() else None)
+            raise scheduler_lost(type(self).__name__, e,
+                                 checkpoint if ck is not None else None, state) from e
+        return res, A, seed_info
+
+    def _checkpoint_identity(self, Xd, m):
+        """What a checkpoint must match (see :func:`identity_from_params`): every
+        constructor parameter but ``persist`` (and ``svd_algorithm``, which
+        ``solver='fast'`` ignores), the resolved number of prototypes, and X's
+        shape, dtype, row chunks and fingerprint (one extra pass over X, made
+        only when a checkpoint is used)."""
+        ignored = ("svd_algorithm",) if self.solver == "fast" else ()
+        return identity_from_params(
+            self, Xd, ignored=ignored, n_prototypes=m if isinstance(m, str) else int(m),
+            random_state=(self.random_state
+                          if isinstance(self.random_state, (int, np.integer)) else None),
+            fingerprint=data_fingerprint(Xd, split_every=self.split_every))
+
+    def _load_checkpoint(self, ck, Xd, saved):
+        """``(KMMState, mu, V, seeding)`` from the latest state of ``ck``, ``saved``
+        (its arrays and metadata, checked by ``ck.load``)."""
+        arrays, meta = saved
         chunks = tuple(int(x) for x in Xd.chunks[0])
         if tuple(meta["row_chunks"]) != chunks:
             raise CheckpointMismatchError(

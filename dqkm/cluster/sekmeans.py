@@ -13,6 +13,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
+from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import checked_rows
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
@@ -217,7 +218,11 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             Continue from ``checkpoint``: the embedding is drawn again from
             the recorded seed and the K-means continues where it stopped,
             giving the result of an uninterrupted fit.  A checkpoint of
-            another estimator, embedding or data set is refused.
+            another estimator, other parameters (of this estimator or of
+            ``kmeans``) or other data is refused; its identity holds the
+            fingerprint of X itself (one extra pass over X, only with a
+            checkpoint).  See :meth:`dqkm.KMeans.fit` for the rules on the
+            checkpoint path, its lock and damaged checkpoints.
 
         Returns
         -------
@@ -241,11 +246,18 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         km_params.setdefault("random_state", int(km_seed.generate_state(1)[0] >> 1))
         Xh = embed(Xd, emb)
         km = KMeans(self.n_clusters, **km_params)
+        # The checkpoint's identity: the embedded K-means's parameters, this estimator's,
+        # and the fingerprint of X itself (one extra pass over X, only with a checkpoint).
         km._owner_identity = {"estimator": type(self).__name__, "embedding": self.embedding,
                               "n_components": d, "n_features_original": int(Xd.shape[1]),
-                              "embedding_seed": seed}
-        km.fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume)
-        del km._owner_identity
+                              "embedding_seed": seed,
+                              "data_fingerprint": lambda: data_fingerprint(
+                                  Xd, split_every=km_params.get("split_every"))}
+        km._owner_inputs = X
+        try:
+            km.fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume)
+        finally:
+            del km._owner_identity, km._owner_inputs
         counts, means, m2 = original_space_moments(Xd, emb, km.cluster_centers_,
                                                    split_every=km_params.get("split_every"))
         self.embedding_ = emb
