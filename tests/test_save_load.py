@@ -192,3 +192,105 @@ def test_interrupted_generate_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         datasets.make_blobs(500, 4, centers=3, path=tmp_path / "b.zarr", random_state=0)
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- item 12
+def _rewrite(path, edit):
+    """Rewrite a saved .npz after ``edit(header, arrays)`` (a damaged or edited file)."""
+    with np.load(path) as f:
+        header = json.loads(bytes(f["__header__"]).decode())
+        arrays = {k: f[k] for k in f.files if k != "__header__"}
+    edit(header, arrays)
+    with open(path, "wb") as f:
+        np.savez(f, __header__=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays)
+
+
+def _fitted(name):
+    X = _data(120, 4, seed=3)
+    if name == "KMeans":
+        return dqkm.KMeans(3, random_state=0, max_iter=5).fit(X)
+    if name == "QKMeans":
+        return dqkm.QKMeans(4, sparsity=2, random_state=0, max_iter=3).fit(X)
+    if name == "KMultipleMeans":
+        return dqkm.KMultipleMeans(3, n_prototypes=12, random_state=0).fit(X)
+    if name == "ClusterIndex":
+        return ClusterIndex(dqkm.KMeans(3, random_state=0, max_iter=5)).fit(X)
+    return FactorNystroem(dqkm.KMeans(6, random_state=0, max_iter=5).fit(X)).fit(X)
+
+
+def _set(key, value):
+    def edit(header, arrays):
+        if isinstance(value, np.ndarray):
+            arrays[key] = value
+        else:
+            header["state"][key] = value
+    return edit
+
+
+_CASES = [
+    ("KMeans", _set("cluster_centers_", np.zeros((7, 4))), "'cluster_centers_' has shape"),
+    ("KMeans", _set("predict", 1), "state key 'predict'"),
+    ("KMeans", _set("predict", np.zeros(3)), "array 'predict' is not one of"),
+    ("KMeans", _set("labels_", np.full(120, 3, np.int32)), "'labels_' holds values"),
+    ("QKMeans", _set("cluster_centers_", np.zeros((7, 4))), "'cluster_centers_' has shape"),
+    ("QKMeans", _set("flops_", "many"), "state key 'flops_'"),
+    ("KMultipleMeans", _set("prototypes_", np.zeros((13, 4))), "'prototypes_' has shape"),
+    ("KMultipleMeans", lambda h, a: (a.pop("similarity_weights_"),
+                                     h["arrays"].remove("similarity_weights_")),
+     "come together"),
+    ("ClusterIndex", _set("offsets", np.array([0, 50, 40, 120])), "'offsets' must rise"),
+    ("ClusterIndex", _set("offsets", np.array([0, 60, 120])), "'offsets' has 3 entries"),
+    ("ClusterIndex", _set("index_ids", np.arange(120) + 5), "'index_ids' holds values"),
+    ("FactorNystroem", _set("normalization_", np.zeros((6, 5))), "'normalization_' has shape"),
+    ("FactorNystroem", _set("operator", np.zeros((6, 3))), "'operator' has shape"),
+]
+
+
+@pytest.mark.parametrize("name,edit,message", _CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(_CASES)])
+def test_load_refuses_state_the_estimator_does_not_declare(tmp_path, name, edit, message):
+    """Arrays of the wrong shape, labels or offsets out of range, keys the estimator
+    does not declare (e.g. 'predict', which would shadow the method): ModelFileError
+    naming the file and the key."""
+    path = tmp_path / "m.npz"
+    dqkm.save(_fitted(name), path)
+    dqkm.load(path)
+    _rewrite(path, edit)
+    with pytest.raises(ModelFileError, match=f"m.npz.*{message}"):
+        dqkm.load(path)
+
+
+def test_load_refuses_damaged_files(tmp_path):
+    """Truncated, empty, header-less, bad-JSON, missing-array files and unknown
+    estimators or parameters: ModelFileError naming the path."""
+    model = _fitted("KMeans")
+    good = tmp_path / "good.npz"
+    dqkm.save(model, good)
+    data = good.read_bytes()
+    cases = {"truncated.npz": data[: len(data) // 2], "empty.npz": b""}
+    for name, blob in cases.items():
+        (tmp_path / name).write_bytes(blob)
+        with pytest.raises(ModelFileError, match=f"{name}.*damaged or truncated"):
+            dqkm.load(tmp_path / name)
+    np.savez(tmp_path / "plain.npz", a=np.arange(3))
+    with pytest.raises(ModelFileError, match="plain.npz.*not a dqkm model"):
+        dqkm.load(tmp_path / "plain.npz")
+    np.savez(tmp_path / "json.npz", __header__=np.frombuffer(b"{not json", np.uint8))
+    with pytest.raises(ModelFileError, match="json.npz.*damaged"):
+        dqkm.load(tmp_path / "json.npz")
+    for edit, message in [(lambda h, a: a.pop("labels_"), r"lacks the arrays \['labels_'\]"),
+                          (lambda h, a: h.update(estimator="os.system"), "estimator 'os.system'"),
+                          (lambda h, a: h["params"].update(bogus=1), "parameter 'bogus'")]:
+        path = tmp_path / "edited.npz"
+        shutil.copy(good, path)
+        _rewrite(path, edit)
+        with pytest.raises(ModelFileError, match=f"edited.npz.*{message}"):
+            dqkm.load(path)
+    store = tmp_path / "m.zarr"
+    dqkm.save(model, store)
+    shutil.rmtree(store / "cluster_centers_")
+    with pytest.raises(ModelFileError, match=r"m.zarr.*lacks the arrays \['cluster_centers_'\]"):
+        dqkm.load(store)
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="w").attrs["dqkm"] = {"format_version": 1}
+    with pytest.raises(ModelFileError, match="g.zarr.*no estimator parameters"):
+        dqkm.load(tmp_path / "g.zarr")
