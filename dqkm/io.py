@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -21,7 +22,9 @@ import dask.array as da
 import numpy as np
 import zarr
 
+from ._atomic import AtomicTarget as _AtomicTarget
 from ._json import json_default
+from .exceptions import DqkmError, ModelFileError
 from .zarr_chunk_reader import from_zarr
 from .parallel.data import to_dask
 from .parallel.engine import compute_settled
@@ -160,92 +163,26 @@ def _regular_rows(X: da.Array) -> da.Array:
     return X
 
 
-class _AtomicTarget:
-    """Write to ``.<name>.tmp-<id>`` beside the target, then rename into place."""
-
-    def __init__(self, path, overwrite):
-        self.path = str(path)
-        self.overwrite = overwrite
-        self.url = _is_url(self.path)
-        if self.url:
-            import fsspec
-
-            self.fs, self.fpath = fsspec.core.url_to_fs(self.path)
-        else:
-            self.fs, self.fpath = None, os.path.abspath(self.path)
-        parent, name = os.path.split(self.fpath.rstrip("/"))
-        self.tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
-
-    def exists(self, p):
-        return self.fs.exists(p) if self.url else os.path.exists(p)
-
-    def remove(self, p):
-        if self.url:
-            if self.fs.exists(p):
-                self.fs.rm(p, recursive=True)
-        elif os.path.isdir(p):
-            shutil.rmtree(p, ignore_errors=True)
-        elif os.path.exists(p):
-            os.remove(p)
-
-    def move(self, src, dst):
-        if self.url:
-            self.fs.mv(src, dst, recursive=True)
-        else:
-            os.replace(src, dst)
-
-    @property
-    def tmp_url(self):
-        if not self.url:
-            return self.tmp
-        protocol = self.path.split("://", 1)[0]
-        return f"{protocol}://{self.tmp}"
-
-    def check(self):
-        """FileExistsError if the target exists and ``overwrite`` is false."""
-        if self.exists(self.fpath) and not self.overwrite:
-            raise FileExistsError(f"{self.path!r} already exists; pass overwrite=True "
-                                  "(--overwrite on the command line) to replace it.")
-
-    def __enter__(self):
-        self.check()
-        if not self.url:
-            os.makedirs(os.path.dirname(self.fpath) or ".", exist_ok=True)
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.remove(self.tmp)
-            return False
-        old = None
-        if self.exists(self.fpath):
-            old = f"{self.tmp}.old"
-            self.move(self.fpath, old)
-        try:
-            self.move(self.tmp, self.fpath)
-        except BaseException:
-            if old is not None:
-                self.move(old, self.fpath)
-            self.remove(self.tmp)
-            raise
-        if old is not None:
-            self.remove(old)
-        return False
-
-
 def check_writable(path, overwrite=False):
-    """Raise FileExistsError now (before a long computation) if :func:`save_arrays`
-    or :func:`save_array` would refuse ``path`` later."""
+    """Raise now (before a long computation) what :func:`save_arrays` or
+    :func:`save_array` would raise for ``path`` later: ``TargetExistsError`` (a
+    ``FileExistsError``) if it exists and ``overwrite`` is false, ``StoreError``
+    if it exists but is not a Zarr store or dqkm model file."""
     _AtomicTarget(path, overwrite).check()
 
 
 def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None,
-                compressors="auto"):
+                compressors="auto", array_attrs=None):
     """Write several row-aligned arrays as one Zarr v3 group (one pass, atomic).
 
     ``arrays`` maps names to NumPy or Dask arrays; each is stored chunk-aligned
     with its Dask row chunks.  ``compressors`` is passed to Zarr ("auto": Zarr's
-    default, zstd; None: uncompressed — see :func:`save_array`).  Returns ``path``.
+    default, zstd; None: uncompressed — see :func:`save_array`).  ``attrs`` are
+    the group's attributes, ``array_attrs`` those of every array.  The group
+    appears at ``path`` complete or not at all; ``overwrite=False`` is
+    exclusive (of writers racing for a new path, one succeeds) and
+    ``overwrite=True`` replaces only a Zarr store (see :mod:`dqkm._atomic`).
+    Returns ``path``.
     """
     with _AtomicTarget(path, overwrite) as t:
         group = zarr.open_group(t.tmp_url, mode="w", zarr_format=3,
@@ -262,12 +199,16 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                 z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
                                        chunks=rows + tuple(max(1, n) for n in arr.shape[1:]),
                                        compressors=compressors)
+                if array_attrs:
+                    z.attrs.update(array_attrs)
                 z[...] = arr
                 continue
             arr = _regular_rows(arr) if arr.ndim else arr
             z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
                                    chunks=tuple(max(1, c[0]) for c in arr.chunks),
                                    compressors=compressors)
+            if array_attrs:
+                z.attrs.update(array_attrs)
             stores.append(da.store(arr, z, lock=False, compute=False))
         if stores:
             compute_settled(*stores)
@@ -345,8 +286,8 @@ def unpack_operator(kind, arrays, prefix=""):
         return SparseFactors.from_arrays(own)
     if kind == "HadamardLandmarks":
         return HadamardLandmarks(own["seeds"], own["blocks"], own["rows"])
-    raise ValueError(f"The model file holds an operator of kind {kind!r}, which dqkm does not "
-                     "know.")
+    raise ModelFileError(f"The model file holds an operator of kind {kind!r}, which dqkm does "
+                         "not know (SparseFactors, HadamardLandmarks).")
 
 
 def _split_params(params, prefix=""):
@@ -381,7 +322,8 @@ def _estimator_class(name):
     module = _MODEL_MODULES.get(name)
     cls = getattr(importlib.import_module(module), name) if module else getattr(dqkm, name, None)
     if not (isinstance(cls, type) and hasattr(cls, "_set_state")):
-        raise ValueError(f"The model file names estimator {name!r}, which dqkm does not know.")
+        raise ModelFileError(f"The model file names estimator {name!r}, which dqkm does not "
+                             "know; it was written by another program or edited.")
     return cls
 
 
@@ -414,13 +356,28 @@ def pack_model(model, prefix=""):
     return json.loads(json.dumps(header, default=json_default)), arrays
 
 
-def unpack_model(header, arrays, prefix=""):
-    """The estimator :func:`pack_model` packed (fitted if it was)."""
-    cls = _estimator_class(header["estimator"])
+def unpack_model(header, arrays, prefix="", *, source="(in memory)"):
+    """The estimator :func:`pack_model` packed (fitted if it was).
+
+    The parameters must be the estimator's, and the fitted state what it
+    declares (:mod:`dqkm._model_check`): anything else is refused with
+    ``ModelFileError`` naming ``source`` (the file) and the key.
+    """
+    from ._model_check import check_fitted, check_state
+
+    if not isinstance(header, dict) or not isinstance(header.get("params"), dict):
+        raise ModelFileError(f"The model file {source} has no estimator parameters in its "
+                             "header; it was not written by dqkm.save.")
+    cls = _estimator_class(header.get("estimator"))
+    known = {p.name for p in inspect.signature(cls.__init__).parameters.values()
+             if p.name != "self" and p.kind != p.VAR_KEYWORD}
     params = {}
     for k, v in header["params"].items():
+        if k not in known:
+            raise ModelFileError(f"The model file {source} gives {cls.__name__} the parameter "
+                                 f"{k!r}, which is not one of its parameters {sorted(known)}.")
         if isinstance(v, dict) and _NESTED in v:
-            params[k] = unpack_model(v[_NESTED], arrays, f"{prefix}param__{k}__")
+            params[k] = unpack_model(v[_NESTED], arrays, f"{prefix}param__{k}__", source=source)
         elif isinstance(v, dict) and _OPERATOR in v:
             params[k] = unpack_operator(v[_OPERATOR], arrays, f"{prefix}param__{k}__")
         else:
@@ -428,13 +385,19 @@ def unpack_model(header, arrays, prefix=""):
     own, state = f"{prefix}param__", {}
     for name, v in arrays.items():
         if name.startswith(own) and "__" not in name[len(own):]:
+            if name[len(own):] not in known:
+                raise ModelFileError(f"The model file {source} holds the array {name!r}, "
+                                     f"which is not a parameter of {cls.__name__}.")
             params[name[len(own):]] = v          # an array-valued parameter
         elif name.startswith(prefix) and not name.startswith(own):
             state[name[len(prefix):]] = v        # this model's state (and states it nests)
     model = cls(**params)
     if header.get("state") is None:
         return model
-    return model._set_state(state, header["state"])
+    check_state(cls.__name__, params, state, header["state"], source, prefix)
+    model = model._set_state(state, header["state"])
+    check_fitted(model, source)
+    return model
 
 
 def save(model, path, *, overwrite=False):
@@ -442,10 +405,20 @@ def save(model, path, *, overwrite=False):
 
     ``path`` ending in ``.npz``: one NumPy archive (``allow_pickle=False``)
     holding the arrays and a JSON header; otherwise a Zarr v3 group (arrays +
-    JSON attributes).  Both carry ``format_version``.  Estimators given as
-    parameters (a ``ClusterIndex``'s clusterer, a ``FactorNystroem``'s
-    landmark model) are saved with it; a ``ClusterIndex`` whose index lives in
-    its own Zarr ``store`` saves the store's location, not its rows.
+    JSON attributes).  Both carry ``format_version``, the names of the arrays
+    and a write id that every array of a Zarr group repeats, so that a reader
+    never mixes two saves.  Estimators given as parameters (a
+    ``ClusterIndex``'s clusterer, a ``FactorNystroem``'s landmark model) are
+    saved with it; a ``ClusterIndex`` whose index lives in its own Zarr
+    ``store`` saves the store's location, not its rows.
+
+    The model appears at ``path`` complete or not at all, also when
+    interrupted.  ``overwrite=False`` is exclusive: of several saves racing
+    for a new path one succeeds, the others raise ``TargetExistsError`` (a
+    ``FileExistsError``).  ``overwrite=True`` replaces the file (``.npz``) in
+    one ``os.replace`` or swaps the Zarr group in one rename, so that a
+    concurrent :func:`load` gets the old model or the new one; it replaces
+    only a Zarr store or a dqkm ``.npz``, anything else raises ``StoreError``.
     """
     if not _is_model(model):
         raise TypeError(f"dqkm.save saves dqkm estimators; got {type(model).__name__}.")
@@ -453,48 +426,145 @@ def save(model, path, *, overwrite=False):
 
     check_is_fitted(model)
     header, arrays = pack_model(model)
-    header = {"format_version": MODEL_FORMAT_VERSION, **header}
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    write_id = uuid.uuid4().hex
+    header = {"format_version": MODEL_FORMAT_VERSION, **header, "write_id": write_id,
+              "arrays": sorted(arrays)}
     if str(path).endswith(".npz"):
         with _AtomicTarget(path, overwrite) as t:
             with open(t.tmp, "wb") as f:
                 np.savez(f, __header__=np.frombuffer(json.dumps(header).encode(), np.uint8),
-                         **{k: np.asarray(v) for k, v in arrays.items()})
+                         **arrays)
         return path
-    return save_arrays({k: np.asarray(v) for k, v in arrays.items()}, path,
-                       overwrite=overwrite, attrs={"dqkm": header})
+    return save_arrays(arrays, path, overwrite=overwrite, attrs={"dqkm": header},
+                       array_attrs={_WRITE_ID: write_id})
+
+
+_WRITE_ID = "dqkm_write_id"
+_READ_ATTEMPTS = 20
+
+
+class _ChangedWhileReading(Exception):
+    pass
+
+
+def _read_npz(path):
+    with np.load(str(path), allow_pickle=False) as f:
+        if "__header__" not in f.files:
+            raise ModelFileError(f"{str(path)!r} is a .npz archive but not a dqkm model (no "
+                                 "'__header__' entry).")
+        header = json.loads(bytes(f["__header__"]).decode())
+        arrays = {k: f[k] for k in f.files if k != "__header__"}
+    return header, arrays
+
+
+def _current_write_id(path):
+    try:
+        return dict(zarr.open_group(str(path), mode="r").attrs.get("dqkm", {})).get("write_id")
+    except Exception:  # noqa: BLE001 - being replaced: no id now
+        return None
+
+
+def _read_zarr(path):
+    group = zarr.open(str(path), mode="r")
+    if not isinstance(group, zarr.Group) or "dqkm" not in group.attrs:
+        raise ModelFileError(f"{str(path)!r} is a Zarr store but not a dqkm model (no 'dqkm' "
+                             "attribute); data stores are read with dqkm.io.as_dask_array.")
+    header = dict(group.attrs["dqkm"])
+    write_id = header.get("write_id")
+    arrays = {}
+    try:
+        for name, a in group.arrays():
+            if write_id is not None and a.attrs.get(_WRITE_ID) != write_id:
+                raise _ChangedWhileReading(name)
+            arrays[name] = np.asarray(a[...])
+    except Exception:
+        if write_id is not None and _current_write_id(path) != write_id:
+            raise _ChangedWhileReading(path) from None
+        raise
+    # every save has its own id: the same id after reading means no save came between
+    if write_id is not None and _current_write_id(path) != write_id:
+        raise _ChangedWhileReading(path)
+    return header, arrays
 
 
 def _read_header(path):
-    if str(path).endswith(".npz"):
-        with np.load(str(path), allow_pickle=False) as f:
-            header = json.loads(bytes(f["__header__"]).decode())
-            arrays = {k: f[k] for k in f.files if k != "__header__"}
-        return header, arrays
-    group = zarr.open(str(path), mode="r")
-    if not isinstance(group, zarr.Group) or "dqkm" not in group.attrs:
-        raise ValueError(f"{str(path)!r} is a Zarr store but not a dqkm model (no 'dqkm' "
-                         "attribute); data stores are read with dqkm.io.as_dask_array.")
-    header = dict(group.attrs["dqkm"])
-    arrays = {name: np.asarray(a[...]) for name, a in group.arrays()}
+    """``(header, arrays)`` of a saved model; ``ModelFileError`` naming the path if
+    the file is damaged, truncated, not dqkm's, or lacks an array its header lists.
+
+    A Zarr group replaced by a concurrent :func:`save` while being read (its
+    arrays' write id differs from the header's) is read again.
+    """
+    import zipfile
+
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            header, arrays = (_read_npz if str(path).endswith(".npz") else _read_zarr)(path)
+        except _ChangedWhileReading:
+            time.sleep(0.001 * attempt)
+            continue
+        except FileNotFoundError:
+            if not _is_url(path) and Path(path).exists():
+                time.sleep(0.001 * attempt)
+                continue     # a file of the group vanished: replaced while being read
+            raise
+        except ModelFileError:
+            raise
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError,
+                UnicodeDecodeError) as e:
+            raise ModelFileError(f"The model file {str(path)!r} is damaged or truncated "
+                                 f"({type(e).__name__}: {e}); save the model again.") from e
+        break
+    else:
+        raise ModelFileError(f"The model at {str(path)!r} kept changing while being read "
+                             f"({_READ_ATTEMPTS} attempts): another process is saving to it.")
+    if not isinstance(header, dict):
+        raise ModelFileError(f"The model file {str(path)!r} has a header that is not a JSON "
+                             "object; it was not written by dqkm.save.")
+    missing = sorted(set(header.get("arrays", ())) - set(arrays))
+    if missing:
+        raise ModelFileError(f"The model file {str(path)!r} lacks the arrays {missing} its "
+                             "header lists; it is damaged or truncated: save the model again.")
     return header, arrays
 
 
 def load(path):
-    """Load a model written by :func:`save` (no code is executed from the file)."""
+    """Load a model written by :func:`save` (no code is executed from the file).
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``path``.
+    ModelFileError
+        The file is damaged, truncated or not a dqkm model, has another format
+        version, or holds parameters, arrays or scalars that its estimator does
+        not declare (the message names the path and the key).
+    """
     if not _is_url(path) and not Path(path).exists():
         raise FileNotFoundError(f"No dqkm model at {str(path)!r}.")
     header, arrays = _read_header(path)
     version = header.get("format_version")
     if version != MODEL_FORMAT_VERSION:
-        raise ValueError(f"{str(path)!r} has model format version {version}; this dqkm reads "
-                         f"version {MODEL_FORMAT_VERSION}.")
-    return unpack_model(header, arrays)
+        raise ModelFileError(f"{str(path)!r} has model format version {version}; this dqkm "
+                             f"reads version {MODEL_FORMAT_VERSION}.")
+    source = repr(str(path))
+    try:
+        return unpack_model(header, arrays, source=source)
+    except ModelFileError as e:
+        if source in str(e):
+            raise
+        raise ModelFileError(f"The model file {source}: {e}") from e
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, DqkmError):
+            raise
+        raise ModelFileError(f"The model file {source} cannot be rebuilt "
+                             f"({type(e).__name__}: {e}); it was damaged or edited after "
+                             "dqkm.save: save the model again.") from e
 
 
 def model_info(path) -> dict:
-    """The JSON header of a saved model (estimator, parameters, fitted scalars)."""
+    """The JSON header of a saved model (estimator, parameters, fitted scalars) and
+    ``arrays``: each array's ``[shape, dtype]``."""
     header, arrays = _read_header(path)
     header["arrays"] = {k: (list(v.shape), str(v.dtype)) for k, v in arrays.items()}
     return header
-
-

@@ -405,6 +405,7 @@ class ClusterIndex(BaseEstimator):
         return arrays, meta
 
     def _set_state(self, arrays, meta):
+        from .exceptions import ModelFileError
         from .io import unpack_model
         from .parallel.neighbors import InvertedIndex
 
@@ -426,9 +427,9 @@ class ClusterIndex(BaseEstimator):
                                         f"from the Zarr store {store!r}, which is not there "
                                         "any more; refit it (fit writes the store).") from e
             if index.uid != meta.get("index_uid") or not np.array_equal(index.offsets, offsets):
-                raise ValueError(f"The Zarr store {store!r} holds another index than the "
-                                 f"saved {type(self).__name__}: it was rewritten since; "
-                                 "refit.")
+                raise ModelFileError(f"The Zarr store {store!r} holds another index than the "
+                                     f"saved {type(self).__name__}: it was rewritten "
+                                     "since; refit.")
         self.clusterer_ = clusterer
         self._centers = np.asarray(clusterer.cluster_centers_)
         self.index_ = index
