@@ -10,6 +10,13 @@ dqkm index model.zarr data.zarr --store index.zarr --out index-model.zarr
 dqkm neighbors index-model.zarr queries.zarr --n-neighbors 10 --out knn.zarr
 dqkm info model.zarr
 dqkm report model.zarr --plot history.png
+
+A user error (a :class:`dqkm.exceptions.DqkmError`, a missing, existing or
+unwritable path, a damaged model file, a lost scheduler, a parameter refused by
+dqkm) prints one line ``dqkm: error: ...`` on stderr and exits with status 2;
+Ctrl-C prints one line and exits with status 130; any other exception is a bug
+and shows its traceback.  ``-v`` (before or after the command) shows the
+traceback of every error.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ import logging
 import os
 import sys
 import time
+import traceback
+import zipfile
+
+from .exceptions import DqkmError
 
 __all__ = ["main"]
 
@@ -29,8 +40,8 @@ ALGORITHMS = {"kmeans": "KMeans", "qkmeans": "QKMeans", "kmm": "KMultipleMeans",
               "sekmeans": "SparseEmbeddedKMeans", "kmeans-l1": "KMeansL1"}
 
 
-class CLIError(Exception):
-    """A user error: printed without a traceback, exit status 2."""
+class CLIError(DqkmError):
+    """A user error found by the command line: printed as one line, exit status 2."""
 
 
 def _available_algorithms():
@@ -46,9 +57,30 @@ def _parse_value(text):
         return text
 
 
-def _check_out(path, overwrite):
+def _check_out(path, overwrite, option="--out"):
+    """Refuse, before any work, an output that exists (without ``--overwrite``) or
+    that cannot be created: under a file, or in a folder this user cannot write."""
     if os.path.exists(path) and not overwrite:
         raise CLIError(f"output path {path!r} already exists; pass --overwrite to replace it.")
+    _check_parent(path, option)
+
+
+def _check_parent(path, option):
+    """The nearest existing folder above a local output ``path`` must be a writable
+    folder (URLs are checked by their filesystem when written)."""
+    text = os.fspath(path)
+    if "://" in text:
+        return
+    parent = os.path.dirname(os.path.abspath(text))
+    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise CLIError(f"{option} {text!r} cannot be created: {parent!r} is a file, not a "
+                       "folder; choose a path in a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CLIError(f"{option} {text!r} cannot be created: the folder {parent!r} is not "
+                       "writable by this user; choose another folder or change its "
+                       "permissions.")
 
 
 @contextlib.contextmanager
@@ -188,11 +220,27 @@ def cmd_predict(args):
     print(f"wrote {labels.shape[0]} labels to {args.out}")
 
 
+def _read_model(read, path):
+    """``read(path)`` (:func:`dqkm.io.load` or :func:`dqkm.io.model_info`), with what a
+    damaged, truncated or foreign file raises turned into one :class:`CLIError` that
+    names the path (the original error stays chained, shown with ``-v``)."""
+    try:
+        return read(path)
+    except (DqkmError, PermissionError):
+        raise
+    except (zipfile.BadZipFile, EOFError, KeyError, RuntimeError, ValueError, OSError) as e:
+        if isinstance(e, FileNotFoundError) and not os.path.exists(path):
+            raise  # "No dqkm model at ..."
+        raise CLIError(f"cannot read the model at {str(path)!r} ({type(e).__name__}: "
+                       f"{_one_line(e)}): it is incomplete, damaged or not a dqkm model; "
+                       "write it again with 'dqkm fit' (or dqkm.save).") from e
+
+
 def _load_model(path, *, needs, command):
     """A saved model that has the method ``needs`` (a clear CLI error otherwise)."""
     from .io import load
 
-    model = load(path)
+    model = _read_model(load, path)
     if not hasattr(model, needs):
         raise CLIError(f"the model at {str(path)!r} is a {type(model).__name__}, which has no "
                        f"{needs}; {command} needs "
@@ -207,6 +255,8 @@ def cmd_index(args):
     from .neighbors import ClusterIndex
 
     _check_out(args.out, args.overwrite)  # an existing --store: ClusterIndex.fit, first
+    if args.store:
+        _check_parent(args.store, "--store")
     clusterer = _load_model(args.model, needs="predict", command="index")
     if not hasattr(clusterer, "cluster_centers_"):
         raise CLIError(f"the model at {args.model!r} ({type(clusterer).__name__}) has no "
@@ -274,7 +324,7 @@ def _describe(v):
 def cmd_info(args):
     from .io import model_info
 
-    info = model_info(args.model)
+    info = _read_model(model_info, args.model)
     state = dict(info.get("state", {}))
     history = state.pop("history_", [])
     print(f"estimator: {info['estimator']} (format {info['format_version']})")
@@ -292,7 +342,9 @@ def cmd_info(args):
 def cmd_report(args):
     from .io import load
 
-    model = load(args.model)
+    if args.plot:
+        _check_out(args.plot, args.overwrite, "--plot")
+    model = _read_model(load, args.model)
     history = getattr(model, "history_", None) or []
     print(f"{type(model).__name__}: {len(history)} iterations, inertia "
           f"{getattr(model, 'inertia_', float('nan')):.6g}")
@@ -308,7 +360,6 @@ def cmd_report(args):
             print("  ".join(f"{v:>14.6g}" if isinstance(v, float) else f"{v!s:>14}"
                             for v in vals))
     if args.plot:
-        _check_out(args.plot, args.overwrite)
         import matplotlib
 
         matplotlib.use("Agg")
@@ -331,19 +382,38 @@ def _add_scheduler_args(p):
                    help="threads (default), local (a LocalCluster) or a scheduler ADDRESS")
     p.add_argument("--n-workers", type=int, default=2, help="workers of --scheduler local")
     p.add_argument("--cluster", metavar="PATH",
-                   help="a cluster config file (see cluster_configs/README.md)")
+                   help="a cluster config: a shipped name (local, ssh, slurm, ...) or a file "
+                        "given as a path (./mine.yaml); a config can run code, use only "
+                        "configs you trust (see cluster_configs/README.md)")
     p.add_argument("--no-dashboard", dest="dashboard", action="store_false",
                    help="do not start the dashboard of --scheduler local")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="dqkm", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log per-iteration lines (-v) or debug (-vv)")
-    sub = parser.add_subparsers(dest="command", required=True)
+class _Parser(argparse.ArgumentParser):
+    """``dqkm``'s parser: ``-v`` counts before and after the command
+    (``dqkm -v fit -v ...`` is ``-vv``)."""
 
-    g = sub.add_parser("generate", help="generate a data set into a Zarr store")
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        ns.verbose = getattr(ns, "verbose", 0) + vars(ns).pop("verbose_after_command", 0)
+        return ns, rest
+
+
+def build_parser():
+    parser = _Parser(prog="dqkm", description=__doc__.split("\n\n")[0])
+    verbose_help = "log per-iteration lines (-v) or debug (-vv); show error tracebacks"
+    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", dest="verbose_after_command", action="count",
+                        default=0, help=verbose_help)
+    sub = parser.add_subparsers(dest="command", required=True,
+                                parser_class=argparse.ArgumentParser)
+
+    def add(name, **kwargs):
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    g = add("generate", help="generate a data set into a Zarr store")
     g.add_argument("kind", choices=["blobs", "moons", "circles"])
     g.add_argument("--n-samples", type=int, default=100_000)
     g.add_argument("--n-features", type=int, default=2)
@@ -358,7 +428,7 @@ def build_parser():
     _add_scheduler_args(g)
     g.set_defaults(func=cmd_generate)
 
-    f = sub.add_parser("fit", help="fit a model on a Zarr store and save it")
+    f = add("fit", help="fit a model on a Zarr store and save it")
     f.add_argument("data", help="Zarr store (array, or group with array 'X'), path or URL")
     f.add_argument("--algorithm", default="kmeans", choices=sorted(ALGORITHMS))
     f.add_argument("--n-clusters", type=int, required=True)
@@ -376,7 +446,7 @@ def build_parser():
     _add_scheduler_args(f)
     f.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("predict", help="label a Zarr store with a saved model")
+    p = add("predict", help="label a Zarr store with a saved model")
     p.add_argument("model")
     p.add_argument("data")
     p.add_argument("--out", required=True)
@@ -384,8 +454,8 @@ def build_parser():
     _add_scheduler_args(p)
     p.set_defaults(func=cmd_predict)
 
-    x = sub.add_parser("index", help="build a ClusterIndex (k-NN through a saved clusterer's "
-                                     "partition) of a Zarr store and save it")
+    x = add("index", help="build a ClusterIndex (k-NN through a saved clusterer's "
+                          "partition) of a Zarr store and save it")
     x.add_argument("model", help="a saved fitted clusterer (dqkm fit: kmeans, qkmeans, …)")
     x.add_argument("data", help="the rows to index: Zarr store path or URL")
     x.add_argument("--store", metavar="PATH",
@@ -401,8 +471,8 @@ def build_parser():
     _add_scheduler_args(x)
     x.set_defaults(func=cmd_index)
 
-    n = sub.add_parser("neighbors", help="the k nearest indexed rows of every query, through a "
-                                         "saved ClusterIndex")
+    n = add("neighbors", help="the k nearest indexed rows of every query, through a "
+                              "saved ClusterIndex")
     n.add_argument("model", help="a ClusterIndex saved by 'dqkm index'")
     n.add_argument("queries", help="Zarr store of the queries")
     n.add_argument("--n-neighbors", type=int, default=1)
@@ -412,8 +482,8 @@ def build_parser():
     _add_scheduler_args(n)
     n.set_defaults(func=cmd_neighbors)
 
-    t = sub.add_parser("transform", help="a saved model's transform of a Zarr store (e.g. "
-                                         "FactorNystroem features, distances to centroids)")
+    t = add("transform", help="a saved model's transform of a Zarr store (e.g. "
+                              "FactorNystroem features, distances to centroids)")
     t.add_argument("model")
     t.add_argument("data")
     t.add_argument("--out", required=True)
@@ -421,17 +491,17 @@ def build_parser():
     _add_scheduler_args(t)
     t.set_defaults(func=cmd_transform)
 
-    i = sub.add_parser("info", help="describe a saved model")
+    i = add("info", help="describe a saved model")
     i.add_argument("model")
     i.set_defaults(func=cmd_info)
 
-    r = sub.add_parser("report", help="print a saved model's history; --plot draws it")
+    r = add("report", help="print a saved model's history; --plot draws it")
     r.add_argument("model")
     r.add_argument("--plot", metavar="PNG", help="write plot_history's figure there")
     r.add_argument("--overwrite", action="store_true")
     r.set_defaults(func=cmd_report)
 
-    d = sub.add_parser("demo", help="generate blobs to Zarr, fit on a LocalCluster, print a table")
+    d = add("demo", help="generate blobs to Zarr, fit on a LocalCluster, print a table")
     d.add_argument("--n-samples", type=int, default=500_000)
     d.add_argument("--n-features", type=int, default=64)
     d.add_argument("--n-clusters", type=int, default=16)
@@ -440,7 +510,52 @@ def build_parser():
     return parser
 
 
+def _one_line(error):
+    """An exception's message on one line (its type when it has none)."""
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__
+
+
+def _raised_by_dqkm(error):
+    """Whether the innermost frame that raised ``error`` is dqkm's own code (a
+    deliberate check, as opposed to a failure deep inside a library)."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    name = tb.tb_frame.f_globals.get("__name__", "")
+    return name == "dqkm" or name.startswith("dqkm.")
+
+
+def _user_error(error):
+    """Whether ``error`` is the user's to fix (one line, status 2) rather than a bug.
+
+    DqkmError (CLIError included); the path errors FileNotFoundError,
+    FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError; a
+    file that is no zip archive, JSON or Zarr store (BadZipFile, JSONDecodeError,
+    zarr's errors); a lost scheduler; and ValueError, TypeError, ImportError or
+    MemoryError raised by dqkm's own checks.
+    """
+    known = [DqkmError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+             NotADirectoryError, zipfile.BadZipFile, json.JSONDecodeError]
+    with contextlib.suppress(ImportError):
+        from zarr.errors import BaseZarrError
+
+        known.append(BaseZarrError)
+    with contextlib.suppress(ImportError):
+        from .parallel.engine import SchedulerLostError
+
+        known.append(SchedulerLostError)
+    if isinstance(error, tuple(known)):
+        return True
+    return isinstance(error, (ValueError, TypeError, ImportError, MemoryError)) \
+        and _raised_by_dqkm(error)
+
+
 def main(argv=None):
+    """Run the ``dqkm`` command; return its exit status (0, 2 for a user error,
+    130 for Ctrl-C).  Any other exception propagates with its traceback."""
     args = build_parser().parse_args(argv)
     if args.verbose < 2:  # distributed's start/stop lines only with -vv (read at its import,
         # in this process and in the worker processes it starts)
@@ -450,9 +565,17 @@ def main(argv=None):
     logging.getLogger("dqkm").setLevel(level)
     try:
         args.func(args)
-    except (CLIError, FileExistsError, FileNotFoundError, ImportError, MemoryError,
-            ValueError, TypeError) as e:
-        print(f"dqkm {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"dqkm: interrupted (Ctrl-C) during '{args.command}'.", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not _user_error(e):
+            raise
+        if args.verbose:
+            traceback.print_exc()
+        print(f"dqkm: error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -11,8 +11,15 @@ one section named after the backend::
 Backends: ``local``, ``existing`` (a running scheduler), ``ssh``, ``slurm``,
 ``pbs``, ``kubernetes``; shared optional sections: ``client``, ``security``
 (TLS) and ``dask_config``.  ``cluster_configs/README.md`` documents every key;
-the schema below is the source of truth, and :func:`load_config` checks a file
-against it without importing any optional backend.
+the schema in :mod:`dqkm._cluster_schema` is the source of truth, and
+:func:`load_config` checks a file against it without importing any optional
+backend.
+
+A config is code: its ``dask_config`` may make the scheduler and the workers
+import Python modules (``distributed.scheduler.preload``,
+``distributed.worker.preload``, ``distributed.nanny.preload``), ``ssh`` runs
+``worker_class`` and ``remote_python`` on the hosts, and ``slurm``/``pbs`` run
+``job_script_prologue`` as shell lines.  Only use config files you trust.
 
 Examples
 --------
@@ -23,317 +30,30 @@ Examples
 
 from __future__ import annotations
 
-import copy
 import importlib
+import ipaddress
 import logging
 import os
+import warnings
 from pathlib import Path
-from typing import NamedTuple
 
 import yaml
 from distributed import Client
 
-__all__ = ["BACKENDS", "CONFIG_DIR", "ClusterClient", "available_configs", "build_security",
-           "dask_config_for", "get_client", "load_config", "security_dask_config",
-           "validate_config"]
+from ._cluster_schema import (_CLIENT, _KUBERNETES, _OPTIONAL, _SECURITY, _SSH,  # noqa: F401
+                              BACKENDS, ConfigError, ConfigFileNotFoundError, ConfigTypeError,
+                              validate_config)
+
+__all__ = ["BACKENDS", "CONFIG_DIR", "ClusterClient", "ConfigError", "ConfigFileNotFoundError",
+           "ConfigTypeError",
+           "available_configs", "build_security", "dask_config_for", "get_client", "load_config",
+           "network_exposure", "security_dask_config", "validate_config"]
 
 logger = logging.getLogger(__name__)
 
 #: Folder of the configs shipped with dqkm (package data, in wheels too; the
 #: repository's top-level ``cluster_configs/`` is a link to it).
 CONFIG_DIR = Path(__file__).resolve().parent / "cluster_configs"
-
-_EXTRA_HINT = "pip install 'dqkm[cluster]'"
-
-
-# ----------------------------------------------------------------------------- schema
-class Key(NamedTuple):
-    """One allowed key of a config section: accepted YAML types (among ``int``,
-    ``number``, ``str``, ``bool``, ``dict``, ``list[str]``, ``list[dict]``,
-    ``null``), default, whether it is required, and a few words on it."""
-
-    kinds: tuple
-    default: object = None
-    required: bool = False
-    doc: str = ""
-
-
-def _k(kinds, default=None, doc="", required=False):
-    return Key(tuple(kinds.split("|")), default, required, doc)
-
-
-_CLIENT = {
-    "timeout": _k("number|str|null", None, "seconds (or '30s') to wait when connecting"),
-    "wait_for_workers": _k("int", 0, "block until this many workers are connected"),
-    "wait_timeout": _k("number|str", 120, "give up waiting for workers after this long"),
-    "set_as_default": _k("bool", True, "make the client dask's default scheduler"),
-}
-
-_SECURITY = {
-    "tls_ca_file": _k("str", required=True, doc="CA certificate(s), PEM"),
-    "tls_client_cert": _k("str", required=True, doc="this client's certificate, PEM"),
-    "tls_client_key": _k("str|null", None, "its key, if not inside tls_client_cert"),
-    "tls_scheduler_cert": _k("str|null", None, "scheduler certificate (default: client's)"),
-    "tls_scheduler_key": _k("str|null", None, "scheduler key (default: client's)"),
-    "tls_worker_cert": _k("str|null", None, "worker certificate (default: client's)"),
-    "tls_worker_key": _k("str|null", None, "worker key (default: client's)"),
-    "require_encryption": _k("bool", True, "refuse unencrypted connections"),
-}
-
-_LOCAL = {
-    "n_workers": _k("int|null", None, "worker processes (None: distributed's choice)"),
-    "threads_per_worker": _k("int|null", None, "threads per worker"),
-    "memory_limit": _k("str|number|null", "auto", "per worker: 'auto', '4GB', bytes, 0 = none"),
-    "processes": _k("bool", True, "workers in separate processes (nanny) or threads"),
-    "dashboard_address": _k("str|null", "127.0.0.1:8787", "dashboard; null: no pages"),
-    "host": _k("str|null", None, "interface the scheduler listens on (None: 127.0.0.1)"),
-    "scheduler_port": _k("int", 0, "scheduler port (0: any free port)"),
-    "local_directory": _k("str|null", None, "workers' scratch space"),
-    "malloc_trim_threshold": _k("int|null", None,
-                                "MALLOC_TRIM_THRESHOLD_ for worker processes; null: unset"),
-}
-
-_EXISTING = {
-    "address": _k("str|null", None, "scheduler address, e.g. tcp://10.0.0.5:8786"),
-    "scheduler_file": _k("str|null", None, "scheduler file written by 'dask scheduler'"),
-}
-
-_SSH = {
-    "hosts": _k("list[str]", required=True, doc="first: scheduler, others: workers"),
-    "connect_options": _k("dict|list[dict]", {}, "asyncssh connect options"),
-    "worker_options": _k("dict", {}, "keyword arguments of each worker"),
-    "scheduler_options": _k("dict", {}, "keyword arguments of the scheduler"),
-    "worker_class": _k("str", "distributed.Nanny", "worker class, dotted path"),
-    "remote_python": _k("str|list[str]|null", None, "python executable on the hosts"),
-}
-
-_JOBQUEUE = {
-    "cores": _k("int", required=True, doc="cores per job"),
-    "memory": _k("str", required=True, doc="memory per job, e.g. '16GB'"),
-    "processes": _k("int|null", None, "worker processes per job"),
-    "queue": _k("str|null", None, "destination queue / partition"),
-    "account": _k("str|null", None, "accounting string"),
-    "walltime": _k("str|null", None, "walltime per job, e.g. '01:00:00'"),
-    "job_extra_directives": _k("list[str]", [], "extra #SBATCH / #PBS lines"),
-    "job_script_prologue": _k("list[str]", [], "shell lines run before the worker"),
-    "worker_extra_args": _k("list[str]", [], "extra 'dask worker' arguments"),
-    "interface": _k("str|null", None, "network interface, e.g. ib0"),
-    "local_directory": _k("str|null", None, "workers' scratch space on the nodes"),
-    "log_directory": _k("str|null", None, "where job logs go"),
-    "death_timeout": _k("number|null", None, "seconds a worker waits for the scheduler"),
-    "python": _k("str|null", None, "python executable on the nodes"),
-    "name": _k("str|null", None, "job name"),
-    "jobs": _k("int|null", None, "scale to this many jobs"),
-    "n_workers": _k("int|null", None, "scale to this many workers"),
-    "adapt": _k("dict|null", None, "adaptive scaling: minimum_jobs, maximum_jobs"),
-}
-_SLURM = {**_JOBQUEUE, "job_cpu": _k("int|null", None, "cpus to book (#SBATCH --cpus-per-task)"),
-          "job_mem": _k("str|null", None, "memory to book (#SBATCH --mem)")}
-_PBS = {**_JOBQUEUE, "resource_spec": _k("str|null", None, "#PBS -l resource string")}
-_JOBQUEUE_ADAPT = {"minimum_jobs": _k("int", 0), "maximum_jobs": _k("int", required=True)}
-
-_KUBERNETES = {
-    "name": _k("str", required=True, doc="DaskCluster resource name"),
-    "namespace": _k("str|null", None, "Kubernetes namespace (None: current)"),
-    "image": _k("str", "ghcr.io/dask/dask:latest", "container image; must hold dqkm"),
-    "n_workers": _k("int", 3, "worker pods"),
-    "resources": _k("dict|null", None, "pod resources: requests/limits of cpu/memory"),
-    "env": _k("dict|null", None, "environment variables of the pods"),
-    "scheduler_service_type": _k("str", "ClusterIP", "ClusterIP, NodePort or LoadBalancer"),
-    "shutdown_on_close": _k("bool|null", None, "delete the cluster when the client closes"),
-    "port_forward_cluster_ip": _k("bool|null", None, "port-forward to a ClusterIP scheduler"),
-    "adapt": _k("dict|null", None, "adaptive scaling: minimum, maximum"),
-}
-_KUBE_ADAPT = {"minimum": _k("int", 0), "maximum": _k("int", required=True)}
-_KUBE_RESOURCES = {"requests": _k("dict", {}), "limits": _k("dict", {})}
-
-#: backend name -> (its section's schema, supports a ``security`` section)
-BACKENDS = {
-    "local": (_LOCAL, True),
-    "existing": (_EXISTING, True),
-    "ssh": (_SSH, True),
-    "slurm": (_SLURM, True),
-    "pbs": (_PBS, True),
-    "kubernetes": (_KUBERNETES, False),
-}
-_SHARED_SECTIONS = {"client": _CLIENT, "security": _SECURITY}
-
-# optional backends: module to import, the class or function, what to install
-_OPTIONAL = {
-    "ssh": ("asyncssh", None, "asyncssh (pip install asyncssh, or " + _EXTRA_HINT + ")"),
-    "slurm": ("dask_jobqueue", "SLURMCluster", "dask-jobqueue (" + _EXTRA_HINT + ")"),
-    "pbs": ("dask_jobqueue", "PBSCluster", "dask-jobqueue (" + _EXTRA_HINT + ")"),
-    "kubernetes": ("dask_kubernetes.operator", "KubeCluster",
-                   "dask-kubernetes (" + _EXTRA_HINT + ")"),
-}
-
-
-# ------------------------------------------------------------------------ validation
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-_KIND_CHECKS = {
-    "null": lambda v: v is None,
-    "bool": lambda v: isinstance(v, bool),
-    "int": _is_int,
-    "number": lambda v: _is_int(v) or isinstance(v, float),
-    "str": lambda v: isinstance(v, str),
-    "dict": lambda v: isinstance(v, dict),
-    "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-    "list[dict]": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
-}
-
-
-def _type_name(value):
-    return "null" if value is None else type(value).__name__
-
-
-def _check_section(data, schema, section, source):
-    """Validate one mapping against ``schema``; return it with defaults filled."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise TypeError(f"{source}: section {section!r} must be a mapping of keys to values; "
-                        f"got {_type_name(data)} {data!r}.")
-    for key in data:
-        if key not in schema:
-            raise ValueError(f"{source}: unknown key {key!r} in section {section!r}; "
-                             f"allowed: {', '.join(schema)}.")
-    out = {}
-    for key, spec in schema.items():
-        if key not in data:
-            if spec.required:
-                raise ValueError(f"{source}: missing required key {key!r} in section "
-                                 f"{section!r} ({spec.doc}).")
-            out[key] = copy.deepcopy(spec.default)
-            continue
-        value = data[key]
-        if not any(_KIND_CHECKS[kind](value) for kind in spec.kinds):
-            raise TypeError(f"{source}: key {key!r} in section {section!r} must be "
-                            f"{' or '.join(spec.kinds)}; got {_type_name(value)} {value!r}.")
-        out[key] = copy.deepcopy(value)
-    return out
-
-
-def _check_min(section, values, source, keys, low):
-    for key in keys:
-        v = values.get(key)
-        if v is not None and v < low:
-            raise ValueError(f"{source}: key {key!r} in section {section!r} must be >= {low}; "
-                             f"got {v!r}.")
-
-
-def _check_backend_rules(backend, sec, source):
-    """Rules that span several keys of a backend section."""
-    if backend == "local":
-        _check_min("local", sec, source, ["n_workers", "threads_per_worker"], 1)
-        _check_min("local", sec, source, ["scheduler_port", "malloc_trim_threshold"], 0)
-    elif backend == "existing":
-        given = [k for k in ("address", "scheduler_file") if sec[k] is not None]
-        if len(given) != 1:
-            raise ValueError(f"{source}: section 'existing' needs exactly one of 'address' or "
-                             f"'scheduler_file'; got {given or 'neither'}.")
-        if sec["address"] is not None and not sec["address"].strip():
-            raise ValueError(f"{source}: key 'address' in section 'existing' must be a "
-                             f"scheduler address like 'tcp://127.0.0.1:8786'; got ''.")
-    elif backend == "ssh":
-        if len(sec["hosts"]) < 2:
-            raise ValueError(f"{source}: key 'hosts' in section 'ssh' must list the scheduler "
-                             f"host then at least one worker host; got {sec['hosts']!r}.")
-        co = sec["connect_options"]
-        if isinstance(co, list) and len(co) != len(sec["hosts"]):
-            raise ValueError(f"{source}: key 'connect_options' in section 'ssh' must be one "
-                             f"mapping, or a list with one per host ({len(sec['hosts'])}); "
-                             f"got a list of {len(co)}.")
-    elif backend in ("slurm", "pbs"):
-        _check_min(backend, sec, source, ["cores", "processes"], 1)
-        _check_min(backend, sec, source, ["jobs", "n_workers"], 0)
-        scaling = [k for k in ("jobs", "n_workers", "adapt") if sec[k] is not None]
-        if len(scaling) > 1:
-            raise ValueError(f"{source}: section {backend!r} takes at most one of 'jobs', "
-                             f"'n_workers' or 'adapt'; got {scaling}.")
-        if sec["adapt"] is not None:
-            sec["adapt"] = _check_section(sec["adapt"], _JOBQUEUE_ADAPT, f"{backend}.adapt",
-                                          source)
-            _check_adapt(sec["adapt"], "minimum_jobs", "maximum_jobs", f"{backend}.adapt", source)
-    elif backend == "kubernetes":
-        _check_min("kubernetes", sec, source, ["n_workers"], 0)
-        if sec["resources"] is not None:
-            sec["resources"] = _check_section(sec["resources"], _KUBE_RESOURCES,
-                                              "kubernetes.resources", source)
-        if sec["adapt"] is not None:
-            sec["adapt"] = _check_section(sec["adapt"], _KUBE_ADAPT, "kubernetes.adapt", source)
-            _check_adapt(sec["adapt"], "minimum", "maximum", "kubernetes.adapt", source)
-
-
-def _check_adapt(adapt, lo, hi, section, source):
-    if not 0 <= adapt[lo] <= adapt[hi]:
-        raise ValueError(f"{source}: section {section!r} needs 0 <= {lo} <= {hi}; "
-                         f"got {lo}={adapt[lo]}, {hi}={adapt[hi]}.")
-
-
-def validate_config(raw, source="<dict>"):
-    """Check a parsed config against the schema; return it with defaults filled.
-
-    Parameters
-    ----------
-    raw : dict
-        The parsed YAML.
-    source : str
-        Where it came from, used in error messages.
-
-    Returns
-    -------
-    dict
-        Keys ``backend``, the backend's section, ``client``, ``security``
-        (None when absent) and ``dask_config``, every default filled in.
-
-    Raises
-    ------
-    ValueError
-        Unknown or missing key, unknown backend, value out of range.
-    TypeError
-        A value of the wrong type.
-    """
-    if not isinstance(raw, dict):
-        raise TypeError(f"{source}: a cluster config must be a mapping with a 'backend' key; "
-                        f"got {_type_name(raw)}.")
-    if "backend" not in raw:
-        raise ValueError(f"{source}: missing required key 'backend' (one of "
-                         f"{', '.join(BACKENDS)}).")
-    backend = raw["backend"]
-    if backend not in BACKENDS:
-        raise ValueError(f"{source}: key 'backend' must be one of {', '.join(BACKENDS)}; "
-                         f"got {backend!r}.")
-    schema, tls_ok = BACKENDS[backend]
-    allowed = ["backend", backend, "client", "security", "dask_config"]
-    for key in raw:
-        if key not in allowed:
-            hint = (f" (section {key!r} belongs to backend {key!r}, but backend is "
-                    f"{backend!r})" if key in BACKENDS else "")
-            raise ValueError(f"{source}: unknown top-level key {key!r}{hint}; allowed: "
-                             f"{', '.join(allowed)}.")
-    if raw.get("security") is not None and not tls_ok:
-        raise ValueError(f"{source}: backend {backend!r} does not take a 'security' section; "
-                         f"configure TLS in the cluster itself. Backends with TLS: "
-                         f"{', '.join(b for b, (_, t) in BACKENDS.items() if t)}.")
-    sec = _check_section(raw.get(backend), schema, backend, source)
-    if backend == "existing" and raw.get(backend) is None:
-        raise ValueError(f"{source}: missing required section 'existing' with key 'address' "
-                         f"(e.g. tcp://127.0.0.1:8786) or 'scheduler_file'.")
-    _check_backend_rules(backend, sec, source)
-    client = _check_section(raw.get("client"), _CLIENT, "client", source)
-    _check_min("client", client, source, ["wait_for_workers"], 0)
-    security = raw.get("security")
-    if security is not None:
-        security = _check_section(security, _SECURITY, "security", source)
-    dask_config = raw.get("dask_config") or {}
-    if not isinstance(dask_config, dict) or not all(isinstance(k, str) for k in dask_config):
-        raise TypeError(f"{source}: section 'dask_config' must map dask config keys (str, e.g. "
-                        f"'distributed.comm.timeouts.connect') to values; got {dask_config!r}.")
-    return {"backend": backend, backend: sec, "client": client, "security": security,
-            "dask_config": dict(dask_config)}
 
 
 # --------------------------------------------------------------------------- loading
@@ -342,33 +62,50 @@ def available_configs():
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+def _is_path(text):
+    """A user's config file must be written as a path: with a folder separator or a
+    ``.yaml``/``.yml`` suffix; any other string is the bare name of a shipped config."""
+    return "/" in text or os.sep in text or text.lower().endswith((".yaml", ".yml"))
+
+
 def _resolve(path_or_name):
-    """Return (parsed YAML, source label) for a dict, a path or a packaged name."""
+    """Return (parsed YAML, source label) for a dict, a path or a shipped name.
+
+    A bare name (``'local'``) always means the shipped config: a file of that
+    name in the working directory is never read in its place (pass
+    ``'./local'`` for that file).  Path objects are always paths.
+    """
     if isinstance(path_or_name, dict):
         return path_or_name, "<dict>"
     if not isinstance(path_or_name, (str, os.PathLike)):
-        raise TypeError(f"The 'path_or_name' parameter must be a path, the name of a shipped "
-                        f"config ({', '.join(available_configs())}) or a dict; got "
-                        f"{type(path_or_name).__name__}.")
+        raise ConfigTypeError(f"The 'path_or_name' parameter must be a path, the name of a "
+                              f"shipped config ({', '.join(available_configs())}) or a dict; "
+                              f"got {type(path_or_name).__name__}.")
     text = os.fspath(path_or_name)
-    path = Path(text).expanduser()
-    if not path.is_file():
-        bare = isinstance(path_or_name, str) and os.sep not in text and "/" not in text \
-            and path.suffix not in (".yaml", ".yml")
-        if not bare:
-            raise FileNotFoundError(f"cluster config file {text!r} does not exist.")
+    if isinstance(path_or_name, str) and not _is_path(text):
         path = CONFIG_DIR / f"{text}.yaml"
-        if not path.is_file():
-            raise ValueError(f"unknown cluster config {text!r}: not a file, nor one of the "
-                             f"shipped configs ({', '.join(available_configs())}).")
+        if text not in available_configs():
+            here = (f" (a file {text!r} exists in {os.getcwd()!r}; it is not read as a "
+                    "config unless named as a path)" if os.path.isfile(text) else "")
+            raise ConfigError(f"unknown cluster config {text!r}: not a file, nor one of the "
+                              f"shipped configs ({', '.join(available_configs())}). A bare "
+                              f"name selects a shipped config; give your own config file as "
+                              f"a path, e.g. './{text}' or '{text}.yaml'{here}.")
         source = f"cluster_configs/{path.name}"
     else:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            stem = Path(text).stem
+            hint = (f"; the shipped config {stem!r} is named without the suffix or folder "
+                    f"('{stem}')" if stem in available_configs() else "")
+            raise ConfigFileNotFoundError(f"cluster config file {text!r} does not exist"
+                                          f"{hint}.")
         source = text
     with open(path, encoding="utf-8") as f:
         try:
             raw = yaml.safe_load(f)
         except yaml.YAMLError as e:
-            raise ValueError(f"{source}: not valid YAML: {e}") from None
+            raise ConfigError(f"{source}: not valid YAML: {e}") from None
     return raw, source
 
 
@@ -386,7 +123,10 @@ def load_config(path_or_name, *, overrides=None):
     ----------
     path_or_name : str, path-like or dict
         A YAML file, the bare name of a shipped config (``'local'`` →
-        ``cluster_configs/local.yaml``), or an already parsed dict.
+        ``cluster_configs/local.yaml``), or an already parsed dict.  A string
+        without a folder separator or a ``.yaml``/``.yml`` suffix is always a
+        shipped name, never a file of the working directory (write
+        ``'./local'`` for that file).
     overrides : dict, optional
         Merged (recursively) into the config before validation, e.g.
         ``{"local": {"n_workers": 4}}``.
@@ -406,8 +146,8 @@ def load_config(path_or_name, *, overrides=None):
     raw, source = _resolve(path_or_name)
     if overrides is not None:
         if not isinstance(overrides, dict):
-            raise TypeError(f"The 'overrides' parameter must be a dict; got "
-                            f"{type(overrides).__name__}.")
+            raise ConfigTypeError(f"The 'overrides' parameter must be a dict; got "
+                                  f"{type(overrides).__name__}.")
         if not isinstance(raw, dict):
             raw = {}
         raw = _merge(raw, overrides)
@@ -419,8 +159,8 @@ def _tls_files(security):
     """The certificate/key paths of a validated ``security`` section, defaults resolved."""
     for key, path in security.items():
         if key.startswith("tls_") and path is not None and not Path(path).expanduser().is_file():
-            raise FileNotFoundError(f"security: key {key!r} names {path!r}, which is not a "
-                                    f"file.")
+            raise ConfigFileNotFoundError(f"security: key {key!r} names {path!r}, which is "
+                                          f"not a file.")
     cert, key = security["tls_client_cert"], security["tls_client_key"]
     files = {"tls_ca_file": security["tls_ca_file"], "tls_client_cert": cert,
              "tls_client_key": key,
@@ -476,6 +216,94 @@ def dask_config_for(cfg):
     if cfg["backend"] == "ssh" and cfg["security"] is not None:
         out.update(security_dask_config(cfg["security"]))
     return out
+
+
+# ---------------------------------------------------------------------------- exposure
+def _listen_host(address):
+    """The host part of a listening address (``'tcp://h:1'``, ``'h:1'``, ``':1'``,
+    ``'[::1]:1'``, ``'8787'``); ``''`` means every interface."""
+    text = str(address).split("://", 1)[-1]
+    if text.startswith("["):
+        return text[1:text.find("]")]
+    if text.count(":") == 1:
+        text = text.rsplit(":", 1)[0]
+    return "" if text.isdigit() else text
+
+
+def _is_loopback(host):
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # '' (every interface) or a host name other than localhost
+        return False
+
+
+def network_exposure(cfg):
+    """The listening sockets a validated config opens beyond this machine without TLS.
+
+    The scheduler counts when it listens on an address other than loopback
+    (``127.0.0.1``, ``::1``, ``localhost``) and the config has no ``security``
+    section: anyone who can reach it can submit work, that is run code, on the
+    workers.  The dashboard counts when it listens beyond loopback without
+    ``distributed.scheduler.dashboard.tls.cert`` in ``dask_config`` (the
+    ``security`` section does not cover it).  :func:`get_client` warns with
+    each message before it starts anything.
+
+    Parameters
+    ----------
+    cfg : dict
+        A config returned by :func:`load_config`.
+
+    Returns
+    -------
+    list of (str, str)
+        ``("scheduler" | "dashboard", message)`` pairs; empty when nothing is
+        exposed.  ``existing`` starts nothing, so it is never reported.
+    """
+    backend, sec = cfg["backend"], cfg.get(cfg["backend"])
+    tls = cfg.get("security") is not None
+    dashboard_tls = bool((cfg.get("dask_config") or {})
+                         .get("distributed.scheduler.dashboard.tls.cert"))
+    fix = "add a 'security' section (TLS, see cluster_configs/README.md)"
+    found = []
+
+    def scheduler(what):
+        if not tls:
+            found.append(("scheduler", f"cluster config: {what} without TLS; anyone who can "
+                          f"reach it can run code on the workers: {fix}."))
+
+    def dashboard(where, value):
+        if value is not None and not dashboard_tls and not _is_loopback(_listen_host(value)):
+            found.append(("dashboard", f"cluster config: {where} {value!r} serves the Dask "
+                          f"dashboard to the network without TLS; use '127.0.0.1:8787' (reach "
+                          f"it through an SSH tunnel) or set "
+                          f"distributed.scheduler.dashboard.tls.* in dask_config."))
+
+    if backend == "local":
+        if sec["host"] is not None and not _is_loopback(_listen_host(sec["host"])):
+            scheduler(f"local.host {sec['host']!r} (null: 127.0.0.1) makes the Dask "
+                      f"scheduler listen beyond this machine")
+        dashboard("local.dashboard_address", sec["dashboard_address"])
+    elif backend == "ssh":
+        opts = sec["scheduler_options"]
+        host = opts.get("host")
+        if host is None or not _is_loopback(_listen_host(host)):
+            scheduler(f"the ssh Dask scheduler listens on {sec['hosts'][0]!r}, "
+                      + ("every interface (scheduler_options.host unset)" if host is None
+                         else f"address {host!r}"))
+        # distributed's Scheduler serves the dashboard on ':8787' unless told otherwise
+        dashboard("ssh.scheduler_options.dashboard_address",
+                  opts.get("dashboard_address", ":8787"))
+    elif backend in ("slurm", "pbs"):  # the workers on other nodes must reach it
+        scheduler(f"the {backend} Dask scheduler listens on this node for workers on "
+                  f"other nodes")
+    elif backend == "kubernetes" and sec["scheduler_service_type"] != "ClusterIP":
+        found.append(("scheduler", f"cluster config: kubernetes.scheduler_service_type "
+                      f"{sec['scheduler_service_type']!r} exposes the Dask scheduler outside "
+                      f"the Kubernetes cluster without TLS; anyone who can reach it can run "
+                      f"code on the workers: use 'ClusterIP' with port_forward_cluster_ip."))
+    return found
 
 
 def _import_backend(backend):
@@ -568,6 +396,12 @@ def get_client(path_or_name, *, overrides=None):
     path_or_name : str, path-like or dict
         A YAML file, the bare name of a shipped config (``'local'``,
         ``'existing'``, ...) or a dict; see ``cluster_configs/README.md``.
+        A bare name always means the shipped config; a file of your own must
+        be written as a path (``'./local'``, ``'my.yaml'``).  A config file is
+        code: its ``dask_config`` can make the scheduler and the workers
+        import Python (``distributed.*.preload``), and ``ssh``, ``slurm`` and
+        ``pbs`` run commands it names on the hosts.  Only use configs you
+        trust.
     overrides : dict, optional
         Merged into the config before validation, e.g.
         ``{"local": {"n_workers": 4}}``.
@@ -578,11 +412,17 @@ def get_client(path_or_name, *, overrides=None):
         A :class:`distributed.Client`; ``client.cluster`` is the cluster it
         started (None for ``existing``), closed together with the client.
 
+    Warns
+    -----
+    UserWarning
+        Before anything starts, once per finding of :func:`network_exposure`:
+        a scheduler or dashboard listening beyond this machine without TLS.
+
     Raises
     ------
-    ValueError, TypeError
+    ConfigError, ConfigTypeError
         The config does not match the schema (the message names the key and
-        the file).
+        the file); a ``ValueError`` / ``TypeError`` and a ``DqkmError``.
     ImportError
         The backend's optional package is missing; the message names the
         extra to install (``pip install 'dqkm[cluster]'``).
@@ -599,6 +439,8 @@ def get_client(path_or_name, *, overrides=None):
     backend = cfg["backend"]
     if backend in _OPTIONAL:  # fail before building anything
         _import_backend(backend)
+    for _, message in network_exposure(cfg):
+        warnings.warn(message, UserWarning, stacklevel=2)
     security = build_security(cfg["security"]) if cfg["security"] is not None else None
     client_kw = _kwargs(cfg["client"], ["set_as_default", "timeout"])
     if security is not None:

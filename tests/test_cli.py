@@ -179,3 +179,155 @@ def test_index_neighbors_predict_transform(tmp_path):
     bad = run("predict", d / "fn.npz", d / "m.zarr", "--out", d / "x.zarr", check=False)
     assert bad.returncode == 2 and "is a FactorNystroem, which has no predict" in bad.stderr
     assert sorted(p.name for p in d.iterdir()) == sorted(before)
+
+
+# ------------------------------------------------------------------ one-line errors
+def _main(capsys, *args):
+    """``dqkm ARGS`` in this process: (exit status, stdout, stderr)."""
+    from dqkm import cli
+
+    rc = cli.main([str(a) for a in args])
+    printed = capsys.readouterr()
+    return rc, printed.out, printed.err
+
+
+def _assert_one_line(rc, err, *needles, status=2):
+    assert rc == status, err
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dqkm: error: " if status == 2 else "dqkm: "), err
+    for needle in needles:
+        assert needle in lines[0], (needle, err)
+
+
+@pytest.fixture
+def models(tmp_path):
+    """A fitted KMeans saved as .npz and as a Zarr group, and a small data store."""
+    import dqkm
+
+    X = np.random.default_rng(0).standard_normal((200, 3))
+    km = dqkm.KMeans(3, random_state=0).fit(X)
+    dqkm.save(km, tmp_path / "m.npz")
+    dqkm.save(km, tmp_path / "m.zarr")
+    io.save_array(X, tmp_path / "X.zarr")
+    return tmp_path
+
+
+def test_damaged_model_files_are_one_line_errors(models, capsys):
+    """Truncated/empty .npz, a Zarr model with an array removed or a broken header:
+    one line naming the path, exit 2, nothing written."""
+    import shutil
+
+    d = models
+    (d / "trunc.npz").write_bytes((d / "m.npz").read_bytes()[:300])
+    (d / "empty.npz").write_bytes(b"")
+    shutil.copytree(d / "m.zarr", d / "noarray.zarr")
+    shutil.rmtree(d / "noarray.zarr" / "cluster_centers_")
+    shutil.copytree(d / "m.zarr", d / "badjson.zarr")
+    (d / "badjson.zarr" / "zarr.json").write_text("{garbage")
+    for model in ("trunc.npz", "empty.npz", "noarray.zarr", "badjson.zarr"):
+        for cmd in (["predict", d / model, d / "X.zarr", "--out", d / "labels.zarr"],
+                    ["report", d / model], ["info", d / model]):
+            if model == "noarray.zarr" and cmd[0] == "info":
+                continue  # info reads the header and lists the arrays that are there
+            rc, _, err = _main(capsys, *cmd)
+            _assert_one_line(rc, err, str(d / model))
+    assert not (d / "labels.zarr").exists()
+    # the real command, in its own process
+    p = run("predict", d / "trunc.npz", d / "X.zarr", "--out", d / "labels.zarr", check=False)
+    _assert_one_line(p.returncode, p.stderr, "trunc.npz", "BadZipFile")
+
+
+def test_checkpoint_that_is_not_a_checkpoint_is_one_line(models, capsys):
+    d = models
+    (d / "afile").write_text("not a folder")
+    rc, _, err = _main(capsys, "fit", "--n-clusters", 2, d / "X.zarr", "--out", d / "o.npz",
+                       "--checkpoint", d / "afile", "--no-progress")
+    _assert_one_line(rc, err, "afile")
+    (d / "junk").mkdir()
+    (d / "junk" / "latest.json").write_text("{not json")
+    rc, _, err = _main(capsys, "fit", "--n-clusters", 2, d / "X.zarr", "--out", d / "o.npz",
+                       "--checkpoint", d / "junk", "--resume", "--no-progress")
+    _assert_one_line(rc, err)
+    assert not (d / "o.npz").exists()
+
+
+def test_ctrl_c_is_one_line_and_exit_130(models):
+    """KeyboardInterrupt inside a command (here: while saving, after the fit) in the real
+    process: one line, status 130, no traceback and no output left behind."""
+    d = models
+    code = ("import sys, dqkm.io\n"
+            "def interrupted(*a, **k):\n"
+            "    raise KeyboardInterrupt\n"
+            "dqkm.io.save = interrupted\n"
+            "from dqkm.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    p = subprocess.run([sys.executable, "-c", code, "fit", "--n-clusters", "2",
+                        str(d / "X.zarr"), "--out", str(d / "o.npz"), "--no-progress"],
+                       capture_output=True, text=True, timeout=300)
+    _assert_one_line(p.returncode, p.stderr, "interrupted", status=130)
+    assert not (d / "o.npz").exists()
+
+
+def test_internal_bug_keeps_its_traceback_and_v_shows_it_always(models, capsys, monkeypatch):
+    import dqkm.io
+
+    d = models
+
+    def buggy_save(*args, **kwargs):
+        return int("not a number")  # a ValueError raised outside dqkm's own checks
+
+    monkeypatch.setattr(dqkm.io, "save", buggy_save)
+    with pytest.raises(ValueError, match="invalid literal for int"):
+        _main(capsys, "fit", "--n-clusters", 2, d / "X.zarr", "--out", d / "o.npz",
+              "--no-progress")
+    monkeypatch.undo()
+    # a user error: one line; with -v (before or after the command) its traceback too
+    for argv in (["-v", "info", d / "nope.npz"], ["info", d / "nope.npz", "-v"]):
+        rc, _, err = _main(capsys, *argv)
+        assert rc == 2 and "Traceback" in err
+        assert err.strip().splitlines()[-1].startswith("dqkm: error: ")
+
+
+def test_verbose_flag_after_the_command():
+    from dqkm.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["fit", "x.zarr", "--n-clusters", "2", "--out", "m.npz"]).verbose == 0
+    assert parse(["fit", "x.zarr", "--n-clusters", "2", "--out", "m.npz", "-v"]).verbose == 1
+    assert parse(["-v", "fit", "x.zarr", "--n-clusters", "2", "--out", "m.npz"]).verbose == 1
+    assert parse(["-v", "fit", "-v", "x.zarr", "--n-clusters", "2", "--out", "m.npz"]
+                 ).verbose == 2
+
+
+def test_out_under_a_file_or_unwritable_folder_is_refused_before_the_fit(models, capsys,
+                                                                        monkeypatch):
+    import os
+
+    import dqkm
+
+    d = models
+
+    def no_fit(self, *args, **kwargs):
+        raise AssertionError("the fit ran before --out was checked")
+
+    monkeypatch.setattr(dqkm.KMeans, "fit", no_fit)
+    (d / "somefile").write_text("x")
+    rc, _, err = _main(capsys, "fit", "--n-clusters", 2, d / "X.zarr", "--out",
+                       d / "somefile" / "x.zarr", "--no-progress")
+    _assert_one_line(rc, err, "--out", "somefile", "is a file")
+    rc, _, err = _main(capsys, "predict", d / "m.npz", d / "X.zarr", "--out",
+                       d / "somefile" / "deeper" / "l.zarr")
+    _assert_one_line(rc, err, "--out", "somefile", "is a file")
+    locked = d / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.access(locked, os.W_OK):  # root writes anywhere: make os.access say what it
+        real_access = os.access     # says for everyone else
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if os.fspath(p) ==
+                            str(locked) else real_access(p, mode, **kw))
+    rc, _, err = _main(capsys, "fit", "--n-clusters", 2, d / "X.zarr", "--out",
+                       locked / "m.npz", "--no-progress")
+    locked.chmod(0o755)
+    _assert_one_line(rc, err, "--out", "locked", "not writable")

@@ -387,3 +387,136 @@ def test_cli_fit_with_cluster_file(existing_config, tmp_path, capsys):
                    "--cluster", str(bad)])
     assert rc == 2
     assert "unknown key 'adress' in section 'existing'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ names, paths, safety
+def test_bare_name_is_the_shipped_config_never_a_file_in_cwd(tmp_path, monkeypatch):
+    """A file named ``local`` in the working directory is not what ``"local"`` means;
+    ``./local`` (a path) is."""
+    monkeypatch.chdir(tmp_path)
+    mine = {"backend": "existing", "existing": {"address": "tcp://10.9.8.7:8786"}}
+    (tmp_path / "local").write_text(yaml.safe_dump(mine))
+    assert load_config("local") == load_config(CONFIG_DIR / "local.yaml")
+    assert load_config("local")["backend"] == "local"
+    assert load_config("./local")["existing"]["address"] == "tcp://10.9.8.7:8786"
+    assert load_config(tmp_path / "local")["backend"] == "existing"
+    (tmp_path / "mine").write_text(yaml.safe_dump(mine))
+    with pytest.raises(ValueError, match=r"unknown cluster config 'mine': not a file, nor one "
+                                         r"of the shipped configs \(existing, .*, ssh\).* "
+                                         r"'\./mine'"):
+        load_config("mine")
+    with pytest.raises(FileNotFoundError, match=r"'local\.yml' does not exist.*shipped config "
+                                                r"'local' is named without the suffix"):
+        load_config("local.yml")
+
+
+def test_config_errors_are_dqkm_errors():
+    from dqkm.exceptions import DqkmError
+
+    with pytest.raises(DqkmError, match="unknown cluster config 'lokal'") as e:
+        load_config("lokal")
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(DqkmError, match="must be int or null") as e:
+        load_config({"backend": "local", "local": {"n_workers": "two"}})
+    assert isinstance(e.value, TypeError)
+
+
+def _walk(node, path=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield path + (k,), v
+            yield from _walk(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, path + (i,))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_keep_host_keys_and_dashboards_private(name):
+    raw = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+    load_config(CONFIG_DIR / f"{name}.yaml")
+    for where, value in _walk(raw):
+        if where[-1] == "known_hosts":
+            assert value is not None, f"{name}.yaml {where}: host key checking is off"
+        if where[-1] == "dashboard_address" and value is not None:
+            host = str(value).rsplit(":", 1)[0] if ":" in str(value) else ""
+            assert host.strip("[]") in ("127.0.0.1", "localhost", "::1"), (name, where, value)
+
+
+def test_ssh_yaml_checks_host_keys_and_shows_tls():
+    text = (CONFIG_DIR / "ssh.yaml").read_text()
+    raw = yaml.safe_load(text)
+    assert "known_hosts" not in raw["ssh"]["connect_options"]  # asyncssh: ~/.ssh/known_hosts
+    assert raw["ssh"]["scheduler_options"]["dashboard_address"] == "127.0.0.1:8787"
+    commented = yaml.safe_load("\n".join(ln[2:] for ln in text.splitlines()
+                                         if ln.startswith("#   ") or ln == "# security:"))
+    assert set(commented["security"]) >= {"tls_ca_file", "tls_client_cert", "tls_client_key"}
+
+
+@pytest.mark.parametrize("raw, exposed", [
+    ({"backend": "local"}, []),
+    ({"backend": "local", "local": {"host": "127.0.0.1", "dashboard_address": "localhost:0"}},
+     []),
+    ({"backend": "local", "local": {"host": "0.0.0.0"}}, ["scheduler"]),
+    ({"backend": "local", "local": {"host": ""}}, ["scheduler"]),
+    ({"backend": "local", "local": {"host": "10.1.2.3", "dashboard_address": ":8787"}},
+     ["scheduler", "dashboard"]),
+    ({"backend": "local", "local": {"dashboard_address": "0.0.0.0:8787"}}, ["dashboard"]),
+    ({"backend": "local", "local": {"dashboard_address": "[::]:8787"}}, ["dashboard"]),
+    ({"backend": "local", "local": {"dashboard_address": "[::1]:8787"}}, []),
+    ({"backend": "ssh", "ssh": {"hosts": ["a.example.org", "b"],
+                                "scheduler_options": {"dashboard_address": "127.0.0.1:8787"}}},
+     ["scheduler"]),
+    ({"backend": "ssh", "ssh": {"hosts": ["a.example.org", "b"]}}, ["scheduler", "dashboard"]),
+    ({"backend": "ssh", "ssh": {"hosts": ["localhost", "localhost"],
+                                "scheduler_options": {"host": "127.0.0.1",
+                                                      "dashboard_address": "127.0.0.1:0"}}},
+     []),
+    ({"backend": "slurm", "slurm": {"cores": 1, "memory": "1GB"}}, ["scheduler"]),
+    ({"backend": "kubernetes", "kubernetes": {"name": "x"}}, []),
+    ({"backend": "kubernetes", "kubernetes": {"name": "x", "scheduler_service_type":
+                                              "LoadBalancer"}}, ["scheduler"]),
+    ({"backend": "existing", "existing": {"address": "tcp://10.0.0.5:8786"}}, []),
+])
+def test_network_exposure_decision(raw, exposed):
+    """Which listening sockets of a config reach beyond this machine without TLS."""
+    found = cluster_config.network_exposure(load_config(raw))
+    assert [what for what, _ in found] == exposed
+    for _, message in found:
+        assert "TLS" in message or "127.0.0.1" in message
+
+
+def test_tls_section_covers_the_scheduler_not_the_dashboard(tmp_path):
+    (tmp_path / "c.pem").write_text("x")
+    tls = {"tls_ca_file": str(tmp_path / "c.pem"), "tls_client_cert": str(tmp_path / "c.pem")}
+    cfg = load_config({"backend": "local", "security": tls,
+                       "local": {"host": "0.0.0.0", "dashboard_address": ":8787"}})
+    assert [w for w, _ in cluster_config.network_exposure(cfg)] == ["dashboard"]
+    cfg = load_config({"backend": "ssh", "security": tls, "ssh": {"hosts": ["a", "b"],
+                       "scheduler_options": {"dashboard_address": "127.0.0.1:8787"}}})
+    assert cluster_config.network_exposure(cfg) == []
+
+
+def test_get_client_warns_before_starting_an_exposed_scheduler(monkeypatch):
+    class Stop(Exception):
+        pass
+
+    def no_cluster(cfg, security):
+        raise Stop("not started in this test")
+
+    monkeypatch.setattr(cluster_config, "_start_cluster", no_cluster)
+    with pytest.warns(UserWarning, match=r"local\.host '0\.0\.0\.0'.*without TLS"):
+        with pytest.raises(Stop):
+            get_client({"backend": "local", "local": {"host": "0.0.0.0"}})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Stop):
+            get_client("local")
+
+
+def test_config_is_code_is_documented():
+    readme = (CONFIG_DIR / "README.md").read_text()
+    for text in (readme, get_client.__doc__):
+        assert "preload" in text and "trust" in text
