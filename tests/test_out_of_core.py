@@ -54,3 +54,66 @@ def test_se_passes_hold_one_tile_not_copies_of_the_chunk(kind):
     # the labels (n int32) and a few tiles; never a copy of the chunk (X.nbytes = 38 MB)
     assert peak < 0.6 * X.nbytes, f"moments pass peak {peak / 2**20:.1f} MiB"
     assert peak_labels < 0.6 * X.nbytes, f"labels pass peak {peak_labels / 2**20:.1f} MiB"
+
+
+# ----------------------------------------------------------------------------- KMultipleMeans
+def _kmm_data(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    return (rng.standard_normal((n, d)) + 6.0 * (y[:, None] == np.arange(d) % 3)).astype(
+        np.float32)
+
+
+def _kmm(**kw):
+    import dqkm
+
+    return dqkm.KMultipleMeans(3, n_prototypes=30, random_state=0, persist=False, **kw)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_kmm_pass_holds_one_tile_not_copies_of_the_chunk():
+    """A KMultipleMeans chunk task allocates its kept rows of S and one tile, not
+    float64 copies of its chunk (formerly about 8x a float32 chunk)."""
+    X = _kmm_data(40_000, 256)
+    Xd = da.from_array(X, chunks=X.shape)  # one chunk
+    with dask.config.set(scheduler="synchronous"):
+        km, peak = _peak_bytes(lambda: _kmm(max_iter=1, max_inner_iter=1).fit(Xd))
+    assert km.n_iter_ == 1
+    assert peak < 3 * X.nbytes, f"peak {peak / 2**20:.0f} MiB for a {X.nbytes / 2**20:.0f} MiB chunk"
+
+
+def test_kmm_tiles_give_the_result_of_whole_chunks(monkeypatch):
+    import dqkm.kernels.tiles as tiles
+
+    X = _kmm_data(3000, 8, seed=1)
+    whole = _kmm(max_iter=5).fit(X)
+    monkeypatch.setattr(tiles, "TILE_BYTES", 40_000)  # tiles of a few dozen rows
+    tiled = _kmm(max_iter=5).fit(X)
+    np.testing.assert_array_equal(tiled.labels_, whole.labels_)
+    np.testing.assert_allclose(tiled.prototypes_, whole.prototypes_, rtol=1e-5, atol=1e-5)
+    assert tiled.n_iter_ == whole.n_iter_
+
+
+def test_kmm_refuses_a_pass_whose_task_cannot_fit_a_worker():
+    """Before any pass over X: the memory a task needs and what to change, not a
+    KilledWorker (or a cluster left with no workers)."""
+    from distributed import Client, LocalCluster
+
+    from dqkm import datasets
+    from dqkm.exceptions import DataError
+
+    X, _ = datasets.make_blobs(600_000, 32, 3, chunks=600_000, random_state=0)
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False,
+           "distributed.worker.memory.terminate": False}
+    with dask.config.set(cfg), LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                            memory_limit="200MB", dashboard_address=None) as lc, \
+            Client(lc):
+        with pytest.raises(DataError, match=r"(?s)KMultipleMeans pass: one task needs about "
+                           r"\d+ MiB .*rows of S kept.*can give a task 95 MiB.*rechunk it to "
+                           r"fewer rows") as info:
+            _kmm(max_iter=1).fit(X)
+        assert isinstance(info.value, MemoryError)
+        # a smaller chunk fits
+        km = _kmm(max_iter=1, max_inner_iter=1).fit(X[:60_000].rechunk(20_000))
+        assert km.labels_.shape == (60_000,)

@@ -30,17 +30,11 @@ from numba import njit
 
 from .lloyd import assign_labels
 from .lloyd_sparse import label_moments, merge_label_moments
+from .tiles import row_tiles
 
 __all__ = ["SparseEmbedding", "DenseEmbedding", "draw_sparse_embedding",
            "draw_dense_embedding", "sparse_embed", "dense_embed", "embed_chunk",
-           "sparse_embedding_matrix", "TILE_BYTES", "row_tiles", "embed_assign_chunk",
-           "embed_moments_chunk"]
-
-#: Bytes of temporaries one row tile of :func:`embed_assign_chunk` and
-#: :func:`embed_moments_chunk` may hold (its float64 copies, its image and
-#: the per-row distances); a chunk is processed tile by tile, so a task holds
-#: its chunk, its output and one tile's temporaries, whatever the chunk size.
-TILE_BYTES = 8 * 2**20
+           "sparse_embedding_matrix", "embed_assign_chunk", "embed_moments_chunk"]
 
 
 @dataclass(frozen=True)
@@ -219,22 +213,6 @@ def _row_bytes(X, n_components):
     return int(per + 2 * 8 * n_components + 64)
 
 
-def row_tiles(n_rows, row_bytes, tile_bytes=None):
-    """``(start, stop)`` of consecutive row tiles of at most ``tile_bytes`` bytes.
-
-    Parameters
-    ----------
-    n_rows : int
-    row_bytes : int
-        Bytes of temporaries one row needs.
-    tile_bytes : int, optional
-        Default :data:`TILE_BYTES`.  A tile has at least one row.
-    """
-    tile_bytes = TILE_BYTES if tile_bytes is None else int(tile_bytes)
-    step = max(1, tile_bytes // max(1, int(row_bytes)))
-    return [(lo, min(lo + step, n_rows)) for lo in range(0, n_rows, step)]
-
-
 def _tiles(X, centers, tile_bytes):
     return row_tiles(X.shape[0], _row_bytes(X, centers.shape[1]), tile_bytes)
 
@@ -253,7 +231,8 @@ def embed_assign_chunk(X, emb, centers, *, tile_bytes=None):
     emb : SparseEmbedding or DenseEmbedding
     centers : ndarray of shape (n_clusters, n_components)
     tile_bytes : int, optional
-        Bound on one tile's temporaries (default :data:`TILE_BYTES`).
+        Bound on one tile's temporaries (default
+        :data:`dqkm.kernels.tiles.TILE_BYTES`).
 
     Returns
     -------
@@ -282,7 +261,7 @@ def embed_moments_chunk(X, emb, centers, *, tile_bytes=None):
     emb : SparseEmbedding or DenseEmbedding
     centers : ndarray of shape (n_clusters, n_components)
     tile_bytes : int, optional
-        Default :data:`TILE_BYTES`.
+        Default :data:`dqkm.kernels.tiles.TILE_BYTES`.
 
     Returns
     -------

@@ -90,7 +90,7 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None):
     m2 : ndarray of shape (n_clusters,), float64
 
     Memory per task: its chunk, K×d float64 partials and one row tile's
-    temporaries (:data:`dqkm.kernels.embedding.TILE_BYTES`): the chunk is
+    temporaries (:data:`dqkm.kernels.tiles.TILE_BYTES`): the chunk is
     embedded and summarised tile by tile, never copied whole.
     """
     e = broadcast(emb, "embedding")
