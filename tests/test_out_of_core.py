@@ -117,3 +117,41 @@ def test_kmm_refuses_a_pass_whose_task_cannot_fit_a_worker():
         # a smaller chunk fits
         km = _kmm(max_iter=1, max_inner_iter=1).fit(X[:60_000].rechunk(20_000))
         assert km.labels_.shape == (60_000,)
+
+
+# ----------------------------------------------------------------------------- make_blobs
+def _blobs_untiled(i, sizes, centers, std, entropy, dtype):
+    """The chunk as one float64 expression (the generator's definition)."""
+    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(i,)))
+    labels = rng.integers(0, centers.shape[0], size=sizes[i])
+    noise = rng.standard_normal((sizes[i], centers.shape[1]), dtype=np.float64)
+    return (centers[labels] + noise * std[labels, None]).astype(dtype)
+
+
+def test_make_blobs_generates_a_chunk_in_bounded_memory():
+    """A generated chunk allocates little beyond itself (formerly three float64 copies)."""
+    from dqkm import datasets
+
+    n, d = 400_000, 32
+    X, _, centers = datasets.make_blobs(n, d, 5, chunks=n, random_state=3, return_centers=True)
+    with dask.config.set(scheduler="synchronous"):
+        (task,) = X.to_delayed().ravel()  # the chunk itself, no concatenation
+        block, peak = _peak_bytes(task.compute)
+    assert peak < 1.5 * block.nbytes, f"peak {peak / 2**20:.0f} MiB for {block.nbytes / 2**20:.0f}"
+    np.testing.assert_array_equal(
+        block, _blobs_untiled(0, (n,), centers, np.ones(5), 3, np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_make_blobs_chunks_do_not_depend_on_the_tile_size(monkeypatch, dtype):
+    import dqkm.kernels.tiles as tiles
+    from dqkm import datasets
+
+    sizes = (700, 700, 300)
+    std = np.array([0.5, 1.0, 2.0])
+    X, y, centers = datasets.make_blobs(1700, 4, 3, cluster_std=std, chunks=sizes,
+                                        random_state=7, dtype=dtype, return_centers=True)
+    monkeypatch.setattr(tiles, "TILE_BYTES", 1000)  # a few rows per tile
+    got = X.compute(scheduler="synchronous")
+    want = np.concatenate([_blobs_untiled(i, sizes, centers, std, 7, dtype) for i in range(3)])
+    np.testing.assert_array_equal(got, want)
