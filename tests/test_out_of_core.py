@@ -155,3 +155,25 @@ def test_make_blobs_chunks_do_not_depend_on_the_tile_size(monkeypatch, dtype):
     got = X.compute(scheduler="synchronous")
     want = np.concatenate([_blobs_untiled(i, sizes, centers, std, 7, dtype) for i in range(3)])
     np.testing.assert_array_equal(got, want)
+
+
+def test_kmm_refuses_rows_of_s_larger_than_the_workers_memory():
+    """KMultipleMeans keeps its rows of S in the workers' memory between passes:
+    a fit whose rows cannot fit is refused before its first pass, not left to
+    restart workers."""
+    from distributed import Client, LocalCluster
+
+    from dqkm import datasets
+    from dqkm.exceptions import DataError
+
+    X, _ = datasets.make_blobs(1_000_000, 4, 3, chunks=20_000, random_state=0)
+    cfg = {"distributed.worker.memory.pause": False, "distributed.worker.memory.spill": False,
+           "distributed.worker.memory.target": False,
+           "distributed.worker.memory.terminate": False}
+    with dask.config.set(cfg), LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                            memory_limit="400MB", dashboard_address=None) as lc, \
+            Client(lc):
+        with pytest.raises(DataError, match=r"KMultipleMeans keeps about \d+ MiB in the workers' "
+                           r"memory between passes, more than 95 MiB .*bytes per sample.*"
+                           r"n_neighbors"):
+            _kmm(max_iter=1).fit(X)

@@ -58,7 +58,7 @@ from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statisti
 from ..kernels.lloyd import assign_labels
 from ..kernels.tiles import row_tiles
 from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
-from .memory import check_task_memory
+from .memory import check_resident_memory, check_task_memory
 from .kmm_tiles import concat_rows, kmm_memory, slice_rows
 
 logger = logging.getLogger(__name__)
@@ -576,6 +576,7 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     mem = kmm_memory(X, m, ell, c, V.shape[1] if pruned else 0, pruned, _EXTRA_KEPT)
     check_task_memory("KMultipleMeans pass", mem.parts(max(passes.sizes, default=0)),
                       mem.knobs(X))
+    check_resident_memory("KMultipleMeans", mem.resident(X.shape[0]), mem.resident_knobs())
 
     def base_state(A, beta, mode, **kw):
         st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V, "moves": None,

@@ -70,6 +70,16 @@ class KMMMemory:
                 "one row tile": tile_rows * self.tile_row_bytes,
                 "prototype side": self.prototype_bytes}
 
+    def resident(self, n_rows):
+        """Bytes of the rows of S held between passes (the previous and the new
+        pass's while a pass runs)."""
+        return 2 * int(n_rows) * self.kept_row_bytes
+
+    def resident_knobs(self):
+        return (f"Its rows of S take {self.kept_row_bytes} bytes per sample (twice during "
+                "a pass); give the workers more memory (memory_limit, more workers), or use "
+                "fewer n_neighbors, or fit on a sample of X and predict the rest.")
+
     def knobs(self, X):
         """What to change, given which part dominates."""
         rows = max(X.chunks[0]) if X.chunks[0] else 0

@@ -18,11 +18,14 @@ from __future__ import annotations
 from ..exceptions import DataError
 from .engine import active_client, scheduler_workers
 
-__all__ = ["TASK_FRACTION", "task_budget", "check_task_memory", "MemoryBudgetError",
-           "format_bytes"]
+__all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "task_budget", "resident_budget",
+           "check_task_memory", "check_resident_memory", "MemoryBudgetError", "format_bytes"]
 
 #: The share of a worker's memory_limit (per thread) one task may use.
 TASK_FRACTION = 0.5
+#: The share of the workers' total memory_limit that results held in memory
+#: between passes (e.g. KMultipleMeans's rows of S) may take.
+RESIDENT_FRACTION = 0.25
 
 
 class MemoryBudgetError(DataError, MemoryError):
@@ -54,6 +57,30 @@ def task_budget():
             return None
         budgets.append(TASK_FRACTION * float(limit) / max(1, int(w.get("nthreads") or 1)))
     return min(budgets) if budgets else None
+
+
+def resident_budget():
+    """Bytes the workers may hold between passes, or None without limits."""
+    client = active_client()
+    if client is None:
+        return None
+    limits = [float(w.get("memory_limit") or 0) for w in scheduler_workers(client).values()]
+    if not limits or not all(limits):
+        return None
+    return RESIDENT_FRACTION * sum(limits)
+
+
+def check_resident_memory(what, need, knobs, budget=None):
+    """Raise :class:`MemoryBudgetError` when results kept in the workers' memory
+    between passes (``need`` bytes, over all workers) exceed
+    :data:`RESIDENT_FRACTION` of their total ``memory_limit``."""
+    budget = resident_budget() if budget is None else budget
+    if budget is not None and need > budget:
+        raise MemoryBudgetError(
+            f"{what} keeps about {format_bytes(need)} in the workers' memory between "
+            f"passes, more than {format_bytes(budget)} ({RESIDENT_FRACTION:g} of their total "
+            f"memory_limit). {knobs}")
+    return int(need)
 
 
 def check_task_memory(what, parts, knobs, budget=None):
