@@ -65,7 +65,6 @@ def _rss():
 
 
 def measure(client, make, X, store):
-    client.restart()
     pids = client.run(os.getpid)
     peaks, stop = {}, threading.Event()
 
