@@ -1,12 +1,17 @@
-"""Out-of-core scaling: seconds per K-means iteration from Zarr as N grows.
+"""Out-of-core scaling of every estimator: seconds per iteration and peak worker RSS.
 
-N ∈ {1M, 2M, 4M, 8M}, D = 64, K = 64, float32, on a LocalCluster of 2 workers
-× 1 thread with ``persist=False`` (every pass re-reads the store).  Prints
-seconds per iteration, the fitted scaling exponent b in t ∝ N^b (target:
-linear within 10 %, i.e. 0.9 ≤ b ≤ 1.1) and each run's peak worker RSS
-(target: flat in N).
+For each of KMeans, QKMeans, SparseEmbeddedKMeans, KMultipleMeans and the
+ClusterIndex build, fits float32 blobs read from Zarr (``persist=False``:
+every pass re-reads the store) on a LocalCluster of 2 workers × 1 thread at
+1×, 2× and 4× a base size, the top at least 3× the workers' total memory.
+Reports the median seconds per iteration (the ClusterIndex: seconds of the
+whole build, its clusterer's fit included), the peak worker RSS, whether a
+worker was restarted, and a refusal's message (a fit whose tasks cannot fit
+is refused with the memory it needs).  The machine's load average is
+recorded with the table, which replaces the scale section of
+docs/BENCHMARKS.md with ``--write-docs``.
 
-    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 1GB]
+    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 550MiB] [--write-docs]
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import shutil
 import sys
 import tempfile
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -25,6 +33,29 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import dqkm  # noqa: E402
 from dqkm import datasets  # noqa: E402
+from dqkm.neighbors import ClusterIndex  # noqa: E402
+
+D = 32
+K = 16
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "BENCHMARKS.md")
+BEGIN = "<!-- bench_scale table: begin -->"
+END = "<!-- bench_scale table: end -->"
+
+
+def estimators(iters):
+    return {
+        "KMeans": lambda: dqkm.KMeans(K, max_iter=iters, tol=0, persist=False, random_state=0),
+        "QKMeans": lambda: dqkm.QKMeans(K, sparsity=3, max_iter=iters, tol=0, persist=False,
+                                        palm_iter=10, palm_iter_init=50, random_state=0),
+        "SparseEmbeddedKMeans": lambda: dqkm.SparseEmbeddedKMeans(
+            K, n_components=16, random_state=0,
+            kmeans={"max_iter": iters, "tol": 0, "persist": False}),
+        "KMultipleMeans": lambda: dqkm.KMultipleMeans(K, n_prototypes=200, max_iter=iters,
+                                                      max_inner_iter=3, persist=False,
+                                                      random_state=0),
+        "ClusterIndex": lambda: ClusterIndex(
+            dqkm.KMeans(K, max_iter=iters, tol=0, persist=False, random_state=0)),
+    }
 
 
 def _rss():
@@ -33,7 +64,8 @@ def _rss():
     return psutil.Process().memory_info().rss
 
 
-def measure(client, X, n_iter):
+def measure(client, make, X, store):
+    pids = client.run(os.getpid)
     peaks, stop = {}, threading.Event()
 
     def poll():
@@ -47,57 +79,90 @@ def measure(client, X, n_iter):
 
     th = threading.Thread(target=poll, daemon=True)
     th.start()
-    init = np.asarray(X[:64].compute())
-    km = dqkm.KMeans(64, init=init, max_iter=n_iter, tol=0, persist=False).fit(X)
+    est = make()
+    note = ""
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if isinstance(est, ClusterIndex):
+                est.set_params(store=store, overwrite=True).fit(X)
+            else:
+                est.fit(X)
+    except Exception as e:  # a refusal (or a failure) is a result of the benchmark
+        note = f"{type(e).__name__}: {str(e)[:160]}"
+    wall = time.perf_counter() - t0
     stop.set()
     th.join()
-    per_iter = float(np.median([h["seconds"] for h in km.history_]))
-    return per_iter, max(peaks.values()) / 2**20
+    hist = getattr(est, "history_", None)
+    if note:
+        per_iter = float("nan")
+    elif hist:
+        per_iter = float(np.median([h["seconds"] for h in hist]))
+    else:
+        per_iter = wall
+    restarted = client.run(os.getpid) != pids
+    return per_iter, max(peaks.values(), default=0) / 2**20, restarted, note
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--memory-limit", default="1GB")
+    p.add_argument("--quick", action="store_true", help="top size 1x the workers' memory")
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--memory-limit", default="550MiB")
+    p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
+    from dask.utils import parse_bytes
     from distributed import Client, LocalCluster
 
-    sizes = [250_000, 500_000, 1_000_000] if args.quick else \
-        [1_000_000, 2_000_000, 4_000_000, 8_000_000]
+    total = 2 * parse_bytes(args.memory_limit)
+    top = (1 if args.quick else 3) * total  # the 4x size holds at least this
+    base = int(np.ceil(top / 4 / (D * 4)))
+    sizes = [base, 2 * base, 4 * base]
+    load = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                memory_limit=args.memory_limit, silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:
-            pids = client.run(os.getpid)
-            dqkm.KMeans(4, max_iter=1).fit(np.random.default_rng(0).random((1000, 64)))
+            small = np.random.default_rng(0).random((4000, D)).astype(np.float32)
+            for make in estimators(1).values():  # numba's disk cache, filled here
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    make().fit(small)
             for n in sizes:
                 path = f"{tmp}/n{n}.zarr"
-                t0 = time.perf_counter()
-                X, _ = datasets.make_blobs(n, 64, 64, chunks=125_000, random_state=0,
-                                           path=path)
-                gen = time.perf_counter() - t0
-                os.sync()  # measure reads, not the write-back of the store just written
-                per_iter, peak = measure(client, X, args.iters)
-                rows.append((n, X.nbytes / 2**20, gen, per_iter, peak))
-                print(f"N={n:>9,}: {X.nbytes / 2**20:7.0f} MiB, generated in {gen:5.1f}s, "
-                      f"{per_iter:.3f} s/iteration, peak worker RSS {peak:.0f} MiB", flush=True)
-                import shutil
-
+                X, _ = datasets.make_blobs(n, D, K, random_state=0, path=path)
+                os.sync()
+                for name, make in estimators(args.iters).items():
+                    per_iter, peak, restarted, note = measure(client, make, X,
+                                                              f"{tmp}/index.zarr")
+                    rows.append((name, n, X.nbytes / 2**20, per_iter, peak, restarted, note))
+                    print(f"{name:22s} N={n:>11,} {X.nbytes / 2**20:7.0f} MiB: "
+                          f"{per_iter:8.3f} s/it, peak RSS {peak:5.0f} MiB, restarted "
+                          f"{restarted} {note}", flush=True)
                 shutil.rmtree(path)
-            restarted = client.run(os.getpid) != pids
-    n = np.array([r[0] for r in rows], dtype=float)
-    t = np.array([r[3] for r in rows])
-    b = np.polyfit(np.log(n), np.log(t), 1)[0]
-    peaks = [r[4] for r in rows]
-    print("\n| N | data (MiB) | s / iteration | s / iteration per 1M rows | peak worker RSS (MiB) |")
-    print("|---|---|---|---|---|")
-    for nn, mb, _, pi, pk in rows:
-        print(f"| {nn:,} | {mb:.0f} | {pi:.3f} | {pi / (nn / 1e6):.3f} | {pk:.0f} |")
-    print(f"\nscaling exponent b (t ∝ N^b): {b:.3f} (target 0.9–1.1); peak RSS range "
-          f"{min(peaks):.0f}–{max(peaks):.0f} MiB (memory_limit {args.memory_limit} per worker); "
-          f"workers restarted: {restarted}")
+    table = [f"2 workers × 1 thread × {args.memory_limit} (total {total / 2**20:.0f} MiB), "
+             f"D = {D}, K = {K}, float32 blobs from Zarr, `persist=False`, {args.iters} "
+             f"iterations; load average at the start {load[0]:.1f} / {load[1]:.1f} / "
+             f"{load[2]:.1f} (1 / 5 / 15 min).", "",
+             "| estimator | N | data (MiB) | × workers' memory | s / iteration | "
+             "peak worker RSS (MiB) | worker restarted | refused / failed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, n, mb, pi, pk, rs, note in rows:
+        table.append(f"| {name} | {n:,} | {mb:.0f} | {mb * 2**20 / total:.1f} | {pi:.3f} | "
+                     f"{pk:.0f} | {rs} | {note.replace('|', '/')} |")
+    text = "\n".join(table)
+    print("\n" + text)
+    if args.write_docs:
+        doc = open(DOCS, encoding="utf-8").read()
+        block = f"{BEGIN}\n{text}\n{END}"
+        if BEGIN in doc:
+            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
+                         flags=re.S)
+        else:
+            doc = doc.replace("## Sparse-factor apply", f"{block}\n\n## Sparse-factor apply", 1)
+        open(DOCS, "w", encoding="utf-8").write(doc)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import numbers
 import dask.array as da
 import numpy as np
 
+from .kernels.tiles import row_tiles
 from .parallel.data import auto_row_chunks
 from .sparse import make_sparse_blobs
 
@@ -47,14 +48,27 @@ def _row_chunks(n, chunks, n_features, itemsize):
 
 
 def _blobs_chunk(block_id, *, sizes, centers, cluster_std, entropy, out_dtype, which):
+    """Chunk ``i``: its labels, then its rows ``center + std · N(0, 1)``, written into
+    the output tile by tile (float64 temporaries of one row tile, not of the chunk).
+
+    The normal draws of consecutive tiles continue one stream, so the chunk
+    does not depend on the tile size.
+    """
     i = block_id[0]
     rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(i,)))
     n = sizes[i]
     labels = rng.integers(0, centers.shape[0], size=n)
     if which == "y":
         return labels.astype(np.int32)
-    noise = rng.standard_normal((n, centers.shape[1]), dtype=np.float64)
-    return (centers[labels] + noise * cluster_std[labels, None]).astype(out_dtype)
+    d = centers.shape[1]
+    out = np.empty((n, d), dtype=out_dtype)
+    for lo, hi in row_tiles(n, 3 * 8 * d):  # noise, gathered centers, their sum
+        lab = labels[lo:hi]
+        noise = rng.standard_normal((hi - lo, d), dtype=np.float64)
+        noise *= cluster_std[lab, None]
+        noise += centers[lab]
+        out[lo:hi] = noise
+    return out
 
 
 def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,

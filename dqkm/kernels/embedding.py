@@ -28,9 +28,13 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from .lloyd import assign_labels
+from .lloyd_sparse import label_moments, merge_label_moments
+from .tiles import row_tiles
+
 __all__ = ["SparseEmbedding", "DenseEmbedding", "draw_sparse_embedding",
            "draw_dense_embedding", "sparse_embed", "dense_embed", "embed_chunk",
-           "sparse_embedding_matrix"]
+           "sparse_embedding_matrix", "embed_assign_chunk", "embed_moments_chunk"]
 
 
 @dataclass(frozen=True)
@@ -194,3 +198,83 @@ def embed_chunk(X, emb):
 def _check_features(X, d):
     if X.ndim != 2 or X.shape[1] != d:
         raise ValueError(f"X of shape {X.shape} does not have the embedding's {d} features.")
+
+
+# ----------------------------------------------------------------------------- row tiles
+def _row_bytes(X, n_components):
+    """Bytes of temporaries per row of a tile: the float64 copy, the gathered
+    means and the differences of :func:`label_moments` (dense), or the float64
+    non-zeros (CSR), plus the row's image and its distances."""
+    n, d = X.shape
+    if sp.issparse(X):
+        per = 3 * 12 * (X.nnz / max(n, 1)) + 8
+    else:
+        per = 3 * 8 * d
+    return int(per + 2 * 8 * n_components + 64)
+
+
+def _tiles(X, centers, tile_bytes):
+    return row_tiles(X.shape[0], _row_bytes(X, centers.shape[1]), tile_bytes)
+
+
+def _embedded_labels(Xt, emb, centers):
+    Xh = embed_chunk(Xt, emb).astype(centers.dtype, copy=False)
+    return assign_labels(Xh, centers)[0]
+
+
+def embed_assign_chunk(X, emb, centers, *, tile_bytes=None):
+    """Embed one chunk and label each row with its nearest embedded center, tile by tile.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, n_features)
+    emb : SparseEmbedding or DenseEmbedding
+    centers : ndarray of shape (n_clusters, n_components)
+    tile_bytes : int, optional
+        Bound on one tile's temporaries (default
+        :data:`dqkm.kernels.tiles.TILE_BYTES`).
+
+    Returns
+    -------
+    labels : ndarray of shape (n_rows,), int32
+        The same labels as embedding the whole chunk at once (rows are
+        independent).
+    """
+    labels = np.empty(X.shape[0], dtype=np.int32)
+    for lo, hi in _tiles(X, centers, tile_bytes):
+        labels[lo:hi] = _embedded_labels(X[lo:hi], emb, centers)
+    return labels
+
+
+def embed_moments_chunk(X, emb, centers, *, tile_bytes=None):
+    """Per-cluster (count, mean, Σ‖x − mean‖²) in the original space of one chunk.
+
+    Each tile of rows is embedded, labelled by the nearest embedded center
+    and summarised by :func:`~dqkm.kernels.lloyd_sparse.label_moments` on its
+    original rows; the tiles' moments merge by Chan et al.'s pairwise rule.
+    No copy of the whole chunk is made (no CSR or float64 copy of a dense
+    chunk): the temporaries are one tile's, at most about ``tile_bytes``.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix of shape (n_rows, n_features)
+    emb : SparseEmbedding or DenseEmbedding
+    centers : ndarray of shape (n_clusters, n_components)
+    tile_bytes : int, optional
+        Default :data:`dqkm.kernels.tiles.TILE_BYTES`.
+
+    Returns
+    -------
+    counts : ndarray of shape (n_clusters,), int64
+    means : ndarray of shape (n_clusters, n_features), float64
+    m2 : ndarray of shape (n_clusters,), float64
+    """
+    k = centers.shape[0]
+    out = None
+    for lo, hi in _tiles(X, centers, tile_bytes):
+        Xt = X[lo:hi]
+        part = label_moments(Xt, _embedded_labels(Xt, emb, centers), k)
+        out = part if out is None else merge_label_moments(out, part)
+    if out is None:
+        return label_moments(X, np.zeros(0, dtype=np.intp), k)
+    return out

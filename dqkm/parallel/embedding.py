@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.embedding import embed_chunk
-from ..kernels.lloyd import assign_labels
-from ..kernels.lloyd_sparse import as_csr, label_moments, merge_label_moments
+from ..kernels.embedding import embed_assign_chunk, embed_chunk, embed_moments_chunk
+from ..kernels.lloyd_sparse import as_csr, merge_label_moments
 from .engine import broadcast, compute, map_blocks_reduce, map_rows
 
 __all__ = ["embed", "embed_assign", "original_space_moments"]
@@ -50,22 +49,23 @@ def embed(X, emb, dtype=None):
 
 
 def _assign_block(block, emb, centers):
-    labels, _ = assign_labels(_embed_block(block, emb), centers)
-    return labels
+    return embed_assign_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers)
 
 
 def embed_assign(X, emb, embedded_centers):
-    """Lazy labels: embed every chunk and assign it to the nearest embedded center."""
+    """Lazy labels: embed every chunk and assign it to the nearest embedded center.
+
+    Each task embeds and labels its chunk tile by tile
+    (:func:`dqkm.kernels.embedding.embed_assign_chunk`): it holds its chunk,
+    the labels and one tile's image.
+    """
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
     return map_rows(X, _assign_block, e, c, dtype=np.int32, name="embed-assign")
 
 
 def _moments_chunk(block, emb, centers):
-    block = as_csr(block, "SparseEmbeddedKMeans")
-    Xh = embed_chunk(block, emb).astype(centers.dtype, copy=False)
-    labels, _ = assign_labels(Xh, centers)
-    return label_moments(block, labels, centers.shape[0])
+    return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers)
 
 
 def _moments_combine(parts):
@@ -89,7 +89,9 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None):
     means : ndarray of shape (n_clusters, n_features), float64
     m2 : ndarray of shape (n_clusters,), float64
 
-    Memory per worker: a few chunks plus K×d float64 partials.
+    Memory per task: its chunk, K×d float64 partials and one row tile's
+    temporaries (:data:`dqkm.kernels.tiles.TILE_BYTES`): the chunk is
+    embedded and summarised tile by tile, never copied whole.
     """
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")

@@ -14,6 +14,10 @@ The data side of F is never gathered by F-KMM: a chunk rebuilds its rows as
 Memory per worker: a few chunks of X plus, per chunk, l·(int32 + float64)
 per row for S and (F-KMM) d′ + 2 floats per row for the projections and
 K = l + 6 int32 + 1 float per row for the prototypes kept for the next pass.
+A chunk task runs its rows in tiles of bounded bytes, so its temporaries are
+one tile's; before the first pass the memory one task needs is checked
+against the workers' (:mod:`dqkm.parallel.kmm_tiles`,
+:func:`dqkm.parallel.memory.check_task_memory`).
 
 Checkpoints: ``kmm(..., on_iteration=...)`` hands over a :class:`KMMState`
 after every outer iteration (the driver state and the persisted per-chunk
@@ -52,8 +56,11 @@ from ..kernels.kmm_spectral import (ChunkStatistics, block_eigen, chunk_statisti
                                     SVD_ALGORITHMS, merge_statistics, prototype_matrix,
                                     reference_svd)
 from ..kernels.lloyd import assign_labels
+from ..kernels.tiles import row_tiles
 from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
 from .finite import raise_nonfinite
+from .kmm_tiles import concat_rows, kmm_memory, slice_rows
+from .memory import check_resident_memory, check_task_memory
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +103,21 @@ def _spectral_term(state, prev, U_block, n_rows):
 
 
 def _kmm_chunk(block, prev, U_block, state):
+    """One chunk's pass, row tile by row tile (temporaries of one tile at a time)."""
     X = np.asarray(block)
+    tiles = row_tiles(X.shape[0], state["tile_row_bytes"])
+    if len(tiles) <= 1:
+        return _kmm_tile(X, prev, U_block, state)
+    rows, part = [], None
+    for lo, hi in tiles:
+        new, p = _kmm_tile(X[lo:hi], slice_rows(prev, lo, hi), None if U_block is None
+                           else U_block[lo:hi], state)
+        rows.append(new)
+        part = p if part is None else _combine([part, p])
+    return concat_rows(rows), part
+
+
+def _kmm_tile(X, prev, U_block, state):
     n_rows = X.shape[0]
     ell = state["n_neighbors"]
     pruned = state["pruned"]
@@ -172,6 +193,12 @@ def _combine(parts):
 def _theta_chunk(block, state):
     """Σ‖x − a‖, Σ D_E and count over every row's l nearest prototypes (Alg. 7, line 3)."""
     X = np.asarray(block)
+    return _theta_combine([_theta_tile(X[lo:hi], state)
+                           for lo, hi in row_tiles(X.shape[0], state["tile_row_bytes"])]
+                          or [(0.0, 0.0, 0, None)])
+
+
+def _theta_tile(X, state):
     ell = state["n_neighbors"]
     pruned = state["pruned"]
     lb = (project(X, state["mu"], state["V"]) + state["lb_protos"]) if pruned else None
@@ -542,9 +569,14 @@ def kmm(X, prototypes, *, n_clusters, n_neighbors=5, solver="fast", mu=None, V=N
     A = np.array(prototypes if start is None else start.prototypes, dtype=np.float64, copy=True)
     m = A.shape[0]
     passes = _Passes(X, split_every)
+    mem = kmm_memory(X, m, ell, c, V.shape[1] if pruned else 0, pruned, _EXTRA_KEPT)
+    check_task_memory("KMultipleMeans pass", mem.parts(max(passes.sizes, default=0)),
+                      mem.knobs(X))
+    check_resident_memory("KMultipleMeans", mem.resident(X.shape[0]), mem.resident_knobs())
 
     def base_state(A, beta, mode, **kw):
         st = {"A": A, "n_neighbors": ell, "pruned": pruned, "mu": mu, "V": V, "moves": None,
+              "tile_row_bytes": mem.tile_row_bytes,
               "lb_protos": _proto_side(A, mu, V, pruned), "beta": float(beta), "mode": mode,
               "theta": None, "new_ref": False, "proto_comp": None, "inv_n": None,
               "Wmap": None, "Gmap": None}
