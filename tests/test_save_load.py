@@ -138,14 +138,34 @@ def _interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
+class _Proxy:
+    """A module as dqkm._atomic sees it, with some functions replaced."""
+
+    def __init__(self, module, **replaced):
+        self._module, self._replaced = module, replaced
+
+    def __getattr__(self, name):
+        return self._replaced.get(name) or getattr(self._module, name)
+
+
+class _OsWithInterruptedRenames:
+    """``os`` as dqkm._atomic sees it, with every rename interrupted."""
+
+    replace = rename = staticmethod(_interrupt)
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
 @pytest.mark.parametrize("ext", [".npz", ".zarr"])
 def test_interrupt_during_rename_leaves_nothing(tmp_path, two_models, ext, monkeypatch):
     """KeyboardInterrupt while the new model is being renamed in: no hidden
     temporary entry is left and the old model is intact."""
     path = tmp_path / f"m{ext}"
     dqkm.save(two_models[0], path)
-    monkeypatch.setattr(os, "replace", _interrupt)
-    monkeypatch.setattr(os, "rename", _interrupt)
+    # only dqkm's rename step is interrupted: patching the os module itself would also
+    # interrupt zarr's own writes inside its event-loop thread, which then never answers
+    monkeypatch.setattr(_atomic, "os", _OsWithInterruptedRenames())
     monkeypatch.setattr(_atomic, "_rename2", _interrupt, raising=False)
     with pytest.raises(KeyboardInterrupt):
         dqkm.save(two_models[1], path, overwrite=True)
@@ -155,18 +175,16 @@ def test_interrupt_during_rename_leaves_nothing(tmp_path, two_models, ext, monke
 
 
 def test_interrupt_inside_compute_and_during_cleanup_leaves_nothing(tmp_path, monkeypatch):
-    """KeyboardInterrupt from a Dask block while a store is written, then a second
-    one during the removal of the temporary store: nothing is left behind, the
-    old store is intact, and the interrupt reaches the caller."""
+    """KeyboardInterrupt while a store's chunks are computed and written (Ctrl-C reaches
+    the driver's main thread there), then a second one during the removal of the
+    temporary store: nothing is left behind, the old store is intact, and the
+    interrupt reaches the caller."""
     X = _data(400)
     io.save_array(X, tmp_path / "out.zarr")
-
-    def boom(block):
-        raise KeyboardInterrupt
-
-    bad = da.from_array(X, chunks=(100, -1)).map_blocks(boom, dtype=X.dtype)
+    new = da.from_array(X + 1, chunks=(100, -1))
+    monkeypatch.setattr(io, "compute_settled", _interrupt)
     with pytest.raises(KeyboardInterrupt):
-        io.save_array(bad, tmp_path / "out.zarr", overwrite=True)
+        io.save_array(new, tmp_path / "out.zarr", overwrite=True)
     assert os.listdir(tmp_path) == ["out.zarr"]
     rmtree, calls = shutil.rmtree, []
 
@@ -176,9 +194,10 @@ def test_interrupt_inside_compute_and_during_cleanup_leaves_nothing(tmp_path, mo
             raise KeyboardInterrupt
         return rmtree(p, *a, **k)
 
-    monkeypatch.setattr(shutil, "rmtree", interrupted_rmtree)
+    # only dqkm's clean-up is interrupted (zarr's own rmtree runs in its event-loop thread)
+    monkeypatch.setattr(_atomic, "shutil", _Proxy(shutil, rmtree=interrupted_rmtree))
     with pytest.raises(KeyboardInterrupt):
-        io.save_arrays({"X": bad}, tmp_path / "out.zarr", overwrite=True)
+        io.save_arrays({"X": new}, tmp_path / "out.zarr", overwrite=True)
     monkeypatch.undo()
     assert calls and os.listdir(tmp_path) == ["out.zarr"]
     np.testing.assert_array_equal(io.as_dask_array(tmp_path / "out.zarr").compute(), X)
