@@ -1,0 +1,98 @@
+"""Write a benchmark's current table to its page under ``docs/benchmarks/``.
+
+Every benchmark prints its table and, with ``--markdown``, replaces its own page
+``docs/benchmarks/<name>.md`` with that table under a header naming the machine
+(CPU cores, BLAS, library versions), the date and the exact command. The page
+holds only the latest run; history lives in git.
+
+Usage in a benchmark::
+
+    from _report import add_markdown_option, write_page
+    add_markdown_option(parser)
+    ...
+    if args.markdown:
+        write_page("kmeans", "K-means per iteration", table_markdown, notes="...")
+"""
+
+import datetime
+import os
+import platform
+import shlex
+import sys
+
+PAGES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks")
+
+_LIBRARIES = ("numpy", "scipy", "numba", "dask", "distributed", "zarr", "scikit-learn",
+              "dask-ml", "faiss-cpu", "pyfaust")
+
+
+def add_markdown_option(parser):
+    """Add ``--markdown`` (write the page) to an ``argparse`` parser."""
+    parser.add_argument("--markdown", action="store_true",
+                        help="replace this benchmark's page under docs/benchmarks/ with "
+                             "the table of this run")
+    return parser
+
+
+def _versions():
+    from importlib import metadata
+    out = []
+    for name in _LIBRARIES:
+        try:
+            out.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(out)
+
+
+def _blas():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - scikit-learn depends on threadpoolctl
+        return "unknown"
+    import numpy  # noqa: F401  (load numpy's BLAS so threadpoolctl sees it)
+    libs = [f"{i.get('internal_api')} {i.get('version')} ({i.get('num_threads')} threads)"
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "; ".join(libs) or "unknown"
+
+
+def machine_header(command=None):
+    """Markdown lines describing this run: machine, BLAS, versions, date, command."""
+    command = command or " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])]
+                                  + sys.argv[1:])
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return [
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, "
+        f"{platform.system()} {platform.release()}",
+        f"- BLAS: {_blas()}",
+        f"- Python {platform.python_version()}; {_versions()}",
+        f"- run: {now}",
+        f"- command: `{command}`",
+    ]
+
+
+def write_page(name, title, table, *, notes=None, command=None):
+    """Replace ``docs/benchmarks/<name>.md`` with ``table`` (Markdown text).
+
+    ``notes`` (Markdown) is placed between the header and the table: what is
+    measured and how to read the ratios.
+    """
+    os.makedirs(PAGES, exist_ok=True)
+    lines = [f"# {title}", "", *machine_header(command), ""]
+    if notes:
+        lines += [notes.strip(), ""]
+    lines += [table.rstrip(), ""]
+    path = os.path.join(PAGES, f"{name}.md")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    print(f"wrote {os.path.relpath(path)}")
+    return path
+
+
+def markdown_table(headers, rows):
+    """A Markdown table from a header list and rows of already formatted cells."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
