@@ -5,10 +5,10 @@ every pass (``persist=False``); every fit must end with the workers it
 started with (none killed by its nanny) and their peak RSS under the limit.
 The per-task memory bounds behind this are unit-tested in test_out_of_core.py.
 
-KMultipleMeans and the ClusterIndex build are compiled here but not yet fitted
-out of core: KMultipleMeans passed alone with a peak of 416 of 450 MiB (too
-close to the restart line to be a stable test), and the ClusterIndex build
-(its shuffle, dqkm/parallel/neighbors.py) restarted a worker.
+The ClusterIndex build writes its index to Zarr through the two-phase shuffle of
+dqkm/parallel/shuffle.py (no task holds more than about two blocks of X).
+KMultipleMeans is compiled here but not yet fitted out of core: it passed alone
+with a peak of 416 of 450 MiB, too close to the restart line to be a stable test.
 """
 
 import logging
@@ -87,7 +87,7 @@ def _sample_peaks(client, stop, peaks):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("name", ["QKMeans", "SparseEmbeddedKMeans"])
+@pytest.mark.parametrize("name", ["QKMeans", "SparseEmbeddedKMeans", "ClusterIndex"])
 def test_out_of_core_fit_keeps_its_workers(name, big, tight_client, tmp_path, record_property):
     client = tight_client
     pids = client.run(os.getpid)

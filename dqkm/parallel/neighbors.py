@@ -3,7 +3,8 @@
 * :class:`InvertedIndex` — the rows of X grouped by cluster (``offsets``), with
   their original row ids and squared norms, in memory or in a Zarr v3 group.
 * :func:`build_index` — labels of X (one pass), then the rows reordered by
-  cluster (one shuffle of X, dask's ``take``), in memory or written to Zarr.
+  cluster (one shuffle of X, through spill files when written to a local
+  Zarr store), in memory or written to Zarr.
 * :func:`search` — exact k-NN of every query inside its probed clusters, one
   task per block of queries (the index is broadcast once, or each task reads
   only the clusters it probes from Zarr).
@@ -26,6 +27,7 @@ import numpy as np
 
 from .engine import broadcast, compute, map_rows
 from .finite import check_block, map_rows_at
+from .shuffle import permute_rows, remove_spill, spill_directory
 
 __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
            "landmark_products", "kernel_from_products", "center_sq_distances", "query_block_rows",
@@ -125,29 +127,49 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
 
     Notes
     -----
-    Passes over X: one shuffle (``Xd[order]``, dask's take) plus the squared
-    norms, fused with the write.  The driver holds ``n_samples`` integers.
+    Passes over X: one shuffle plus the squared norms, fused with the write.
+    Written to a local path, the shuffle goes through spill files beside it
+    (:func:`dqkm.parallel.shuffle.permute_rows`), so that no task holds more
+    than about two blocks of X; in memory or to a URL it is dask's ``take``.
+    The driver holds ``n_samples`` integers.
     """
     labels = np.asarray(labels).astype(np.int64, copy=False)
     order = np.argsort(labels, kind="stable")
     counts = np.bincount(labels, minlength=n_clusters)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     extra_sorted = {k: np.asarray(v)[order] for k, v in (extra or {}).items()}
-    with dask.config.set({"array.slicing.split_large_chunks": False}):
-        Xs = Xd[order]
     if path is None:
-        Xs = np.ascontiguousarray(compute(Xs)[0])
+        Xs = np.ascontiguousarray(compute(_take_rows(Xd, order))[0])
         index = InvertedIndex(offsets, X=Xs, ids=order, sq_norms=_sq_norms_block(Xs))
         return index, extra_sorted
     from ..io import save_arrays
 
     rows = int(max(1, min(Xd.shape[0], _ZARR_CHUNK_BYTES // max(1, Xd.shape[1] * Xd.itemsize))))
-    Xs = Xs.rechunk({0: rows, 1: -1})
-    sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
-    arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
-              "offsets": offsets}
-    for k, v in extra_sorted.items():
-        arrays[f"extra_{k}"] = v
+    local = "://" not in str(path)
+    spill = spill_directory(path) if local else None
+    try:
+        if local:  # bounded task memory: X may be larger than the workers' memory
+            Xs = permute_rows(Xd.rechunk({1: -1}), order, spill, out_rows=rows)
+        else:
+            Xs = _take_rows(Xd, order).rechunk({0: rows, 1: -1})
+        sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
+        arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
+                  "offsets": offsets}
+        for k, v in extra_sorted.items():
+            arrays[f"extra_{k}"] = v
+        _save_index(save_arrays, arrays, path, overwrite, n_clusters, Xd)
+    finally:
+        if spill is not None:
+            remove_spill(spill, Xd.numblocks[0])
+    return InvertedIndex.open(path), extra_sorted
+
+
+def _take_rows(Xd, order):
+    with dask.config.set({"array.slicing.split_large_chunks": False}):
+        return Xd[order]
+
+
+def _save_index(save_arrays, arrays, path, overwrite, n_clusters, Xd):
     save_arrays(arrays, path, overwrite=overwrite,
                 attrs={"dqkm_index": {"format_version": INDEX_FORMAT_VERSION,
                                       "uid": uuid.uuid4().hex,
@@ -155,7 +177,6 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
                                       "n_samples": int(Xd.shape[0]),
                                       "n_features": int(Xd.shape[1]),
                                       "dtype": str(Xd.dtype)}})
-    return InvertedIndex.open(path), extra_sorted
 
 
 # ============================================================================ search
