@@ -15,6 +15,7 @@ _LAZY = {
     "KMeans": "dqkm.cluster.kmeans",
     "KMeansL1": "dqkm.cluster.kmeans_l1",
     "KMultipleMeans": "dqkm.cluster.kmm",
+    "MiniBatchKMeans": "dqkm.cluster.minibatch",
     "SparseEmbeddedKMeans": "dqkm.cluster.sekmeans",
     "QKMeans": "dqkm.cluster.qkmeans",
     "factorize_centroids": "dqkm.cluster.qkmeans",

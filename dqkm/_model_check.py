@@ -42,6 +42,7 @@ _KMEANS = {
 }
 STATE_SPECS = {
     "KMeans": _KMEANS,
+    "MiniBatchKMeans": {**_KMEANS, "meta": {**_KMEANS["meta"], "n_steps_": (_INT, True)}},
     "KMeansL1": {**_KMEANS, "meta": {**_KMEANS["meta"], "nnz_": (_INT, True)}},
     "QKMeans": {**_KMEANS, "meta": {**_KMEANS["meta"], "flops_": (_INT, True),
                                     "compression_": (_REAL, True)},

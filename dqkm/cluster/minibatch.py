@@ -1,0 +1,423 @@
+"""Mini-batch K-means streaming over out-of-core data, and ``partial_fit``."""
+
+from __future__ import annotations
+
+import time
+
+import dask.array as da
+import numpy as np
+from sklearn.cluster import kmeans_plusplus
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ..exceptions import DataError
+from ..kernels.minibatch import minibatch_step
+from ..parallel.engine import compute, driver_blas
+from ..parallel.finite import check_sample
+from ..parallel.lloyd import assign, center_distances, min_sq_distances, sample_rows
+from ..parallel.stream import iter_blocks
+from ..progress import make_reporter
+from ._base import DqkmClusterer, check_param
+
+__all__ = ["MiniBatchKMeans"]
+
+_INIT_OPTIONS = {"k-means++", "random"}
+
+
+class MiniBatchKMeans(DqkmClusterer):
+    """Mini-batch K-means (Sculley, 2010) over data streamed block by block.
+
+    Each step assigns a batch of ``batch_size`` rows to the nearest centers
+    and moves every center hit towards the batch rows' mean with a learning
+    rate of one over the weight it has seen. ``fit`` streams X's row blocks
+    (a Zarr store is read one chunk at a time, in a random order each epoch,
+    never held whole on the driver) and cuts each block into shuffled batches;
+    ``partial_fit`` makes one step with the rows it is given, for data that
+    arrives in pieces (e.g. under ``dask_ml.wrappers.Incremental``).
+
+    Parameters and their meaning follow :class:`sklearn.cluster.MiniBatchKMeans`.
+    Its one difference: batches are drawn without replacement from one block of
+    X at a time (rows are read once per epoch) instead of uniformly with
+    replacement from all of X, which out of core would read every chunk for
+    every batch.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+    init : {'k-means++', 'random'} or array of shape (n_clusters, n_features)
+        Computed on ``init_size`` rows drawn from X.
+    max_iter : int, default=100
+        Maximum number of epochs (passes over X).
+    batch_size : int, default=1024
+    verbose : int, default=0
+        1: one line per epoch (see :mod:`dqkm.progress`).
+    compute_labels : bool, default=True
+        Compute ``labels_`` and ``inertia_`` with one full pass after fit.
+    random_state : int, RandomState instance or None
+    tol : float, default=0.0
+        Stop when the squared change of the centers in one step is at most
+        ``tol`` times the mean feature variance of X (0 disables it, as in
+        scikit-learn; a positive value costs one extra pass for the variance).
+    max_no_improvement : int or None, default=10
+        Stop after this many consecutive steps without improvement of the
+        smoothed batch inertia.
+    init_size : int or None, default=None
+        Rows used for the initialisation (default ``3 * batch_size``, at least
+        ``n_clusters``).
+    n_init : 'auto' or int, default='auto'
+        Initialisations tried (on ``init_size`` rows; the best by inertia on
+        another sample is kept); 'auto' is 3 for ``init='random'``, else 1.
+    reassignment_ratio : float, default=0.01
+        Centers that have seen less than this fraction of the heaviest
+        center's weight are moved to random batch rows.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+    labels_ : ndarray or dask array of shape (n_samples,) (with ``compute_labels``)
+    inertia_ : float (with ``compute_labels``; else the smoothed batch inertia)
+    n_iter_ : int, epochs started
+    n_steps_ : int, batches processed
+    n_features_in_ : int
+    history_ : list of dict, one record per epoch
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm import MiniBatchKMeans
+    >>> X = np.array([[1, 2], [1, 4], [1, 0], [4, 2], [4, 0], [4, 4]], dtype=float)
+    >>> km = MiniBatchKMeans(2, batch_size=3, random_state=0, n_init=3).fit(X)
+    >>> sorted(np.round(km.cluster_centers_[:, 0]).tolist())
+    [1.0, 4.0]
+    """
+
+    def __init__(self, n_clusters=8, *, init="k-means++", max_iter=100, batch_size=1024,
+                 verbose=0, compute_labels=True, random_state=None, tol=0.0,
+                 max_no_improvement=10, init_size=None, n_init="auto",
+                 reassignment_ratio=0.01):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.max_iter = max_iter
+        self.batch_size = batch_size
+        self.verbose = verbose
+        self.compute_labels = compute_labels
+        self.random_state = random_state
+        self.tol = tol
+        self.max_no_improvement = max_no_improvement
+        self.init_size = init_size
+        self.n_init = n_init
+        self.reassignment_ratio = reassignment_ratio
+
+    # ------------------------------------------------------------------ params
+    def _check_params(self, n_samples):
+        owner = type(self).__name__
+        check_param("n_clusters", self.n_clusters, owner, low=1)
+        check_param("max_iter", self.max_iter, owner, low=1)
+        check_param("batch_size", self.batch_size, owner, low=1)
+        check_param("verbose", int(self.verbose) if isinstance(self.verbose, bool)
+                    else self.verbose, owner, low=0)
+        check_param("tol", self.tol, owner, kind="real", low=0)
+        check_param("max_no_improvement", self.max_no_improvement, owner, low=0,
+                    allow_none=True)
+        check_param("init_size", self.init_size, owner, low=1, allow_none=True)
+        check_param("reassignment_ratio", self.reassignment_ratio, owner, kind="real", low=0)
+        if not isinstance(self.compute_labels, (bool, np.bool_)):
+            raise ValueError(f"The 'compute_labels' parameter of {owner} must be a bool. "
+                             f"Got {self.compute_labels!r} instead.")
+        if isinstance(self.init, str):
+            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
+        elif not callable(self.init) and not hasattr(self.init, "__array__") \
+                and not isinstance(self.init, (list, tuple)):
+            raise TypeError(f"The 'init' parameter of {owner} must be one of "
+                            f"{sorted(_INIT_OPTIONS)}, a callable or an array of shape "
+                            f"(n_clusters, n_features). Got {self.init!r} instead.")
+        if self.n_clusters > n_samples:
+            raise ValueError(f"n_samples={n_samples} should be >= "
+                             f"n_clusters={self.n_clusters}.")
+        if self.n_init == "auto":
+            n_init = 3 if isinstance(self.init, str) and self.init == "random" else 1
+        else:
+            n_init = check_param("n_init", self.n_init, owner, low=1, options={"auto"})
+        return 1 if not isinstance(self.init, str) else n_init
+
+    def _weights(self, sample_weight, Xd):
+        """Sample weights as float64 aligned with X's row chunks (ones if None)."""
+        n = Xd.shape[0]
+        if sample_weight is None:
+            return da.ones(n, chunks=(Xd.chunks[0],), dtype=np.float64)
+        if isinstance(sample_weight, da.Array):
+            w = sample_weight
+            if w.ndim != 1 or w.shape[0] != n:
+                raise DataError(f"sample_weight must have shape ({n},) like X's rows; got "
+                                f"{w.shape}.")
+            return w.astype(np.float64).rechunk((Xd.chunks[0],))
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.ndim == 0:
+            w = np.full(n, float(w))
+        if w.shape != (n,):
+            raise DataError(f"sample_weight must have shape ({n},) like X's rows; got "
+                            f"{w.shape}.")
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise DataError("sample_weight must be finite and non-negative; got "
+                            f"{'NaN or infinity' if not np.isfinite(w).all() else 'negative'}"
+                            " values.")
+        return da.from_array(w, chunks=(Xd.chunks[0],))
+
+    # ---------------------------------------------------------------- init
+    def _init_centers(self, X, init_rows, rng):
+        """Centers from ``init_rows`` (an in-memory sample of X)."""
+        K = self.n_clusters
+        if callable(self.init):
+            c = np.asarray(self.init(init_rows, K, random_state=check_random_state(
+                int(rng.integers(2**31 - 1)))), dtype=np.float64)
+            return self._check_init_array(c, K, X.shape[1], type(self).__name__) \
+                .astype(np.float64)
+        if not isinstance(self.init, str):
+            c = self._check_init_array(self.init, K, X.shape[1], type(self).__name__)
+            check_sample(c, what=f"The 'init' array of {type(self).__name__}")
+            return c.astype(np.float64)
+        if self.init == "random":
+            return init_rows[rng.choice(init_rows.shape[0], K, replace=False)] \
+                .astype(np.float64)
+        with driver_blas():
+            c, _ = kmeans_plusplus(init_rows.astype(np.float64), K,
+                                   random_state=int(rng.integers(2**31 - 1)))
+        return c
+
+    def _best_init(self, Xd, n_init, rng):
+        if not isinstance(self.init, str) and not callable(self.init):
+            return self._init_centers(Xd, None, rng)  # an array: no sample to read
+        n = Xd.shape[0]
+        size = self.init_size if self.init_size is not None else 3 * self.batch_size
+        size = int(min(n, max(size, self.n_clusters)))
+        valid = sample_rows(Xd, size, rng).astype(np.float64)
+        check_sample(valid)
+        best, best_inertia = None, np.inf
+        for _ in range(n_init):
+            rows = sample_rows(Xd, size, rng).astype(np.float64) if n_init > 1 else valid
+            check_sample(rows)
+            centers = self._init_centers(Xd, rows, rng)
+            value = float(minibatch_step(valid, np.ones(size), centers,
+                                         np.zeros(self.n_clusters))[2])
+            if value < best_inertia:
+                best, best_inertia = centers, value
+        return best
+
+    # ---------------------------------------------------------------- fit
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute the centers by mini-batch steps over X, streamed by blocks.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+
+        Returns
+        -------
+        self
+        """
+        Xd, lazy = self._validate_X(X, reset=True)
+        n, _ = Xd.shape
+        n_init = self._check_params(n)
+        w = self._weights(sample_weight, Xd)
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        centers = self._best_init(Xd, n_init, rng)
+        tol_abs = 0.0
+        if self.tol > 0:
+            tol_abs = float(compute(Xd.astype(np.float64).var(axis=0).mean())[0]) * self.tol
+        state = _State(centers=centers, weight_sums=np.zeros(self.n_clusters))
+        n_steps = max(1, (self.max_iter * n) // self.batch_size)
+        reporter = make_reporter(self.verbose, name=type(self).__name__,
+                                 max_iter=self.max_iter)
+        self.history_ = []
+        try:
+            reporter.start_run(0, 1)
+            epoch = 0
+            while epoch < self.max_iter and state.steps < n_steps and not state.converged:
+                epoch += 1
+                rec = self._epoch(Xd, w, state, rng, n, n_steps, tol_abs)
+                rec["iteration"] = epoch
+                self.history_.append(rec)
+                reporter.update(rec, tol_abs if self.tol > 0 else None)
+            reporter.end_run(epoch, state.ewa if state.ewa is not None else np.nan,
+                             state.converged)
+        finally:
+            reporter.close()
+        self.cluster_centers_ = state.centers.astype(Xd.dtype)
+        self._counts = state.weight_sums
+        self.n_steps_ = state.steps
+        self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
+        if self.compute_labels:
+            self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
+            self.inertia_ = float(compute((min_sq_distances(Xd, self.cluster_centers_)
+                                           * w).sum())[0])
+        else:
+            self.inertia_ = float(state.ewa) * self.batch_size if state.ewa is not None \
+                else np.nan
+        return self
+
+    def _epoch(self, Xd, w, state, rng, n, n_steps, tol_abs):
+        """One pass over X's blocks in a random order, in batches."""
+        t0 = time.perf_counter()
+        start = state.centers.copy()
+        order = rng.permutation(Xd.numblocks[0])
+        carry_x, carry_w = None, None
+        b = self.batch_size
+        for _, block, wb in iter_blocks(Xd, order, weights=w):
+            perm = rng.permutation(block.shape[0])
+            block, wb = block[perm], wb[perm]
+            if carry_x is not None:
+                block = np.concatenate([carry_x, block])
+                wb = np.concatenate([carry_w, wb])
+            stop = (block.shape[0] // b) * b
+            for a in range(0, stop, b):
+                self._step(block[a:a + b], wb[a:a + b], state, rng, n, tol_abs)
+                if state.converged or state.steps >= n_steps:
+                    break
+            if state.converged or state.steps >= n_steps:
+                carry_x = None
+                break
+            carry_x, carry_w = block[stop:], wb[stop:]
+        if carry_x is not None and carry_x.shape[0] and not state.converged \
+                and state.steps < n_steps:
+            self._step(carry_x, carry_w, state, rng, n, tol_abs)
+        shift = float(((state.centers - start) ** 2).sum())
+        return {"objective": float(state.ewa) if state.ewa is not None else float("nan"),
+                "shift": shift, "steps": state.steps, "converged": state.converged,
+                "seconds": time.perf_counter() - t0}
+
+    def _step(self, Xb, wb, state, rng, n, tol_abs):
+        state.since_reassign += Xb.shape[0]
+        reassign = bool((state.weight_sums == 0).any()) or \
+            state.since_reassign >= 10 * self.n_clusters
+        if reassign:
+            state.since_reassign = 0
+        old = state.centers
+        centers, ws, inertia, _, _ = minibatch_step(
+            Xb, wb, old, state.weight_sums, rng=rng, reassign=reassign,
+            reassignment_ratio=self.reassignment_ratio)
+        state.centers, state.weight_sums = centers, ws
+        state.steps += 1
+        self._convergence(state, inertia / max(Xb.shape[0], 1), old, n, Xb.shape[0], tol_abs)
+
+    def _convergence(self, state, batch_inertia, old, n, batch, tol_abs):
+        """scikit-learn's early stopping: center change below ``tol``, or no
+        improvement of the smoothed batch inertia for ``max_no_improvement`` steps."""
+        if state.steps == 1:  # the first batch's inertia is that of the init
+            return
+        if state.ewa is None:
+            state.ewa = batch_inertia
+        else:
+            alpha = min(1.0, batch * 2.0 / (n + 1))
+            state.ewa = state.ewa * (1 - alpha) + batch_inertia * alpha
+        if self.tol > 0 and float(((state.centers - old) ** 2).sum()) <= tol_abs:
+            state.converged = True
+            return
+        if state.ewa_min is None or state.ewa < state.ewa_min:
+            state.no_improvement, state.ewa_min = 0, state.ewa
+        else:
+            state.no_improvement += 1
+        if self.max_no_improvement is not None and \
+                state.no_improvement >= self.max_no_improvement:
+            state.converged = True
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """One mini-batch step with the rows of X (initialising on the first call).
+
+        Dask input makes one step per row block, streamed.
+
+        Parameters
+        ----------
+        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+
+        Returns
+        -------
+        self
+        """
+        first = not hasattr(self, "cluster_centers_")
+        Xd, lazy = self._validate_X(X, reset=first)
+        n = Xd.shape[0]
+        w = self._weights(sample_weight, Xd)
+        if first:
+            n_init = self._check_params(n)
+            rs = check_random_state(self.random_state)
+            self._rng = np.random.default_rng(rs.randint(2**31 - 1))
+            self._state = _State(centers=self._best_init(Xd, n_init, self._rng),
+                                 weight_sums=np.zeros(self.n_clusters))
+            self.n_steps_ = 0
+        state = self._state
+        for _, block, wb in iter_blocks(Xd, weights=w):
+            if block.shape[0]:
+                self._step(block, wb, state, self._rng, n, 0.0)
+        self.cluster_centers_ = state.centers.astype(Xd.dtype)
+        self._counts = state.weight_sums
+        self.n_steps_ = state.steps
+        if self.compute_labels:
+            self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
+            self.inertia_ = float(compute((min_sq_distances(Xd, self.cluster_centers_)
+                                           * w).sum())[0])
+        return self
+
+    # ------------------------------------------------------------- inference
+    def predict(self, X):
+        """Index of the closest center of each sample."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(assign(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
+
+    def transform(self, X):
+        """Euclidean distances to every center, shape (n_samples, n_clusters)."""
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(center_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) inertia of X on the fitted centers."""
+        check_is_fitted(self)
+        Xd, _ = self._validate_X(X, reset=False)
+        w = self._weights(sample_weight, Xd)
+        mind = min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype))
+        return -float(compute((mind * w).sum())[0])
+
+    # ------------------------------------------------------------- save/load
+    def _get_state(self):
+        check_is_fitted(self)
+        arrays = {"cluster_centers_": self.cluster_centers_}
+        if isinstance(getattr(self, "labels_", None), np.ndarray):
+            arrays["labels_"] = self.labels_
+        meta = {k: getattr(self, k) for k in ("inertia_", "n_iter_", "n_steps_",
+                                               "n_features_in_", "history_")
+                if hasattr(self, k)}
+        return arrays, meta
+
+    def _set_state(self, arrays, meta):
+        self.cluster_centers_ = arrays["cluster_centers_"]
+        if "labels_" in arrays:
+            self.labels_ = arrays["labels_"]
+        for k, v in meta.items():
+            setattr(self, k, v)
+        return self
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "cluster_centers_")
+
+    @property
+    def _n_features_out(self):
+        return self.n_clusters
+
+
+class _State:
+    """The driver-side state of a mini-batch fit."""
+
+    def __init__(self, centers, weight_sums):
+        self.centers, self.weight_sums = centers, weight_sums
+        self.steps = 0
+        self.since_reassign = 0
+        self.ewa = None
+        self.ewa_min = None
+        self.no_improvement = 0
+        self.converged = False
