@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -131,14 +132,20 @@ class MiniBatchKMeans(DqkmClusterer):
             raise TypeError(f"The 'init' parameter of {owner} must be one of "
                             f"{sorted(_INIT_OPTIONS)}, a callable or an array of shape "
                             f"(n_clusters, n_features). Got {self.init!r} instead.")
+        if self.init_size is not None and self.init_size < self.n_clusters:
+            warnings.warn(f"init_size={self.init_size} should be larger than n_clusters="
+                          f"{self.n_clusters}; using init_size={3 * self.n_clusters}.",
+                          RuntimeWarning, stacklevel=3)
         if self.n_clusters > n_samples:
             raise ValueError(f"n_samples={n_samples} should be >= "
                              f"n_clusters={self.n_clusters}.")
-        if self.n_init == "auto":
-            n_init = 3 if isinstance(self.init, str) and self.init == "random" else 1
+        if self.n_init == "auto":  # scikit-learn's rule
+            n_init = 1 if isinstance(self.init, str) and self.init == "k-means++" else 3
         else:
             n_init = check_param("n_init", self.n_init, owner, low=1, options={"auto"})
-        return 1 if not isinstance(self.init, str) else n_init
+        array = not isinstance(self.init, str) and not callable(self.init)
+        self._n_init = 1 if array else n_init
+        return self._n_init
 
     def _weights(self, sample_weight, Xd):
         """Sample weights as float64 aligned with X's row chunks (ones if None)."""
@@ -188,8 +195,14 @@ class MiniBatchKMeans(DqkmClusterer):
         if not isinstance(self.init, str) and not callable(self.init):
             return self._init_centers(Xd, None, rng)  # an array: no sample to read
         n = Xd.shape[0]
-        size = self.init_size if self.init_size is not None else 3 * self.batch_size
-        size = int(min(n, max(size, self.n_clusters)))
+        size = self.init_size
+        if size is None:
+            size = 3 * self.batch_size
+            if size < self.n_clusters:
+                size = 3 * self.n_clusters
+        elif size < self.n_clusters:
+            size = 3 * self.n_clusters
+        size = self._init_size = int(min(n, size))
         valid = sample_rows(Xd, size, rng).astype(np.float64)
         check_sample(valid)
         best, best_inertia = None, np.inf
@@ -247,6 +260,7 @@ class MiniBatchKMeans(DqkmClusterer):
             reporter.close()
         self.cluster_centers_ = state.centers.astype(Xd.dtype)
         self._counts = state.weight_sums
+        self._state, self._rng = state, rng  # partial_fit goes on from here
         self.n_steps_ = state.steps
         self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
         if self.compute_labels:
@@ -314,6 +328,7 @@ class MiniBatchKMeans(DqkmClusterer):
             state.ewa = state.ewa * (1 - alpha) + batch_inertia * alpha
         if self.tol > 0 and float(((state.centers - old) ** 2).sum()) <= tol_abs:
             state.converged = True
+            self._say(f"Converged (small centers change) at step {state.steps}")
             return
         if state.ewa_min is None or state.ewa < state.ewa_min:
             state.no_improvement, state.ewa_min = 0, state.ewa
@@ -322,6 +337,11 @@ class MiniBatchKMeans(DqkmClusterer):
         if self.max_no_improvement is not None and \
                 state.no_improvement >= self.max_no_improvement:
             state.converged = True
+            self._say(f"Converged (lack of improvement in inertia) at step {state.steps}")
+
+    def _say(self, text):
+        if self.verbose:
+            print(f"{type(self).__name__}: {text}", flush=True)
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """One mini-batch step with the rows of X (initialising on the first call).
