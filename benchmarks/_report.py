@@ -14,6 +14,7 @@ Usage in a benchmark::
         write_page("kmeans", "K-means per iteration", table_markdown, notes="...")
 """
 
+import contextlib
 import datetime
 import os
 import platform
@@ -96,3 +97,64 @@ def markdown_table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
+
+
+class _Tee:
+    """A text stream that writes to the real stdout and keeps a copy."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._parts = []
+
+    def write(self, text):
+        self._parts.append(text)
+        return self._stream.write(text)
+
+    def flush(self):
+        self._stream.flush()
+
+    def getvalue(self):
+        return "".join(self._parts)
+
+
+@contextlib.contextmanager
+def capture_stdout():
+    """Keep a copy of what the block prints (it is still printed).
+
+    Yields an object whose ``getvalue()`` returns the text printed so far.
+    """
+    tee = _Tee(sys.stdout)
+    old, sys.stdout = sys.stdout, tee
+    try:
+        yield tee
+    finally:
+        sys.stdout = old
+
+
+def printed_as_markdown(text, *, fenced=False):
+    """Turn a benchmark's printed output into Markdown.
+
+    ``fenced=True`` keeps it verbatim in a ``text`` code block (column-aligned
+    tables); otherwise Markdown table rows and ``#`` headings stay as they are
+    and every other line becomes a paragraph of its own.
+    """
+    if fenced:
+        return "```text\n" + text.strip("\n") + "\n```\n"
+    out, in_table = [], False
+    for line in text.strip("\n").splitlines():
+        line = line.rstrip()
+        is_row = line.startswith("|")
+        if not line:
+            in_table = False
+            out.append("")
+        elif is_row:
+            if not in_table and out and out[-1] != "":
+                out.append("")
+            out.append(line)
+            in_table = True
+        else:
+            if in_table or (out and out[-1] != ""):
+                out.append("")
+            out.append(line)
+            in_table = False
+    return "\n".join(out) + "\n"
