@@ -181,7 +181,7 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
     the group's attributes, ``array_attrs`` those of every array.  The group
     appears at ``path`` complete or not at all; ``overwrite=False`` is
     exclusive (of writers racing for a new path, one succeeds) and
-    ``overwrite=True`` replaces only a Zarr store (see :mod:`dqkm._atomic`).
+    ``overwrite=True`` replaces only a Zarr store (see ``dqkm._atomic``).
     Returns ``path``.
     """
     with _AtomicTarget(path, overwrite) as t:
