@@ -3,7 +3,9 @@ headless Chromium, every public object has an API page, nothing in the repositor
 points outside it, and the helpers that write benchmark pages and render stored
 results produce what the pages show."""
 
+import doctest
 import importlib
+import io
 import json
 import os
 import shutil
@@ -97,6 +99,41 @@ def test_render_check_fails_when_a_page_does_not_render(site, tmp_path):
     assert "uncaught: ReferenceError" in text
     assert "api/generated/dqkm.KMeans.html: not built" in text
     assert not any(line.startswith("index.html") for line in found)
+
+
+#: modules whose docstring examples run as doctests (each estimator class and each
+#: public function of the user-facing modules has one)
+DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "dqkm.neighbors",
+                   "dqkm.kernel_approximation", "dqkm.cluster.kmeans", "dqkm.cluster.qkmeans",
+                   "dqkm.cluster.kmeans_l1", "dqkm.cluster.sekmeans", "dqkm.cluster.kmm"]
+EXAMPLE_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.metrics", "dqkm.neighbors",
+                   "dqkm.kernel_approximation"]
+
+
+def test_every_estimator_and_public_function_has_an_example():
+    import dqkm
+
+    objs = {f"dqkm.{n}": getattr(dqkm, n) for n in dqkm.__all__ if n != "__version__"}
+    for name in EXAMPLE_MODULES:
+        mod = importlib.import_module(name)
+        objs.update({f"{name}.{n}": getattr(mod, n) for n in mod.__all__
+                     if callable(getattr(mod, n))})
+    missing = [n for n, o in objs.items() if ">>> " not in (o.__doc__ or "")
+               or "Examples\n" not in (o.__doc__ or "")]
+    assert not missing, f"no Examples section with a doctest: {missing}"
+
+
+@pytest.mark.parametrize("module", DOCTEST_MODULES)
+def test_docstring_examples_run(module):
+    mod = importlib.import_module(module)
+    tests = [t for t in doctest.DocTestFinder().find(mod, module) if t.examples]
+    assert tests, f"{module} has no doctest"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = io.StringIO()
+    for t in tests:
+        runner.run(t, out=report.write)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, report.getvalue()
 
 
 def test_nothing_points_outside_the_repository():

@@ -301,6 +301,16 @@ def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchi
     ----------
     Giffon et al., QuicK-means (Machine Learning, 2021): the "K-means +
     palm4MSA" baseline.
+
+    Examples
+    --------
+    >>> import dqkm
+    >>> from sklearn.datasets import load_digits
+    >>> X = load_digits().data
+    >>> km = dqkm.KMeans(16, random_state=0, max_iter=10).fit(X)
+    >>> V = dqkm.factorize_centroids(km, sparsity=3, n_iter=20)
+    >>> V.shape, V.nnz < 16 * 64
+    ((16, 64), True)
     """
     check_is_fitted(kmeans, "cluster_centers_")
     C = np.asarray(kmeans.cluster_centers_, dtype=np.float64)
