@@ -135,14 +135,19 @@ def printed_as_markdown(text, *, fenced=False):
     """Turn a benchmark's printed output into Markdown.
 
     ``fenced=True`` keeps it verbatim in a ``text`` code block (column-aligned
-    tables); otherwise Markdown table rows and ``#`` headings stay as they are
-    and every other line becomes a paragraph of its own.
+    tables); otherwise Markdown table rows stay as they are, ``#`` headings
+    are shifted so that the highest is level 2 (under the page's title), and
+    every other line becomes a paragraph of its own.
     """
     if fenced:
         return "```text\n" + text.strip("\n") + "\n```\n"
+    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    levels = [len(h) - len(h.lstrip("#")) for h in lines if h.startswith("#")]
+    shift = 2 - min(levels) if levels else 0  # the page title is the only level-1 heading
     out, in_table = [], False
-    for line in text.strip("\n").splitlines():
-        line = line.rstrip()
+    for line in lines:
+        if line.startswith("#"):
+            line = "#" * max(2, len(line) - len(line.lstrip("#")) + shift) + line.lstrip("#")
         is_row = line.startswith("|")
         if not line:
             in_table = False
