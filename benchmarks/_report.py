@@ -57,6 +57,13 @@ def _blas():
     return "; ".join(libs) or "unknown"
 
 
+def _load():
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:  # pragma: no cover - not available on this platform
+        return "unknown"
+
+
 def machine_header(command=None):
     """Markdown lines describing this run: machine, BLAS, versions, date, command."""
     command = command or " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])]
@@ -67,7 +74,7 @@ def machine_header(command=None):
         f"{platform.system()} {platform.release()}",
         f"- BLAS: {_blas()}",
         f"- Python {platform.python_version()}; {_versions()}",
-        f"- run: {now}",
+        f"- run: {now}; load average {_load()} (1 / 5 / 15 min; the machine may be shared)",
         f"- command: `{command}`",
     ]
 
