@@ -328,6 +328,22 @@ class KMeans(DqkmClusterer):
         return best
 
     def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return the cluster of each of its rows.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+        **kwargs
+            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            ``labels_`` after the fit.
+        """
         return self.fit(X, **kwargs).labels_
 
     # ------------------------------------------------------------- inference
@@ -337,6 +353,17 @@ class KMeans(DqkmClusterer):
         A block of X holding NaN or infinity, or values whose squared
         distances overflow float64, raises :class:`~dqkm.exceptions.DataError`
         (for Dask input: when that block is computed).
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -346,6 +373,16 @@ class KMeans(DqkmClusterer):
         """Euclidean distances to every center, shape (n_samples, n_clusters).
 
         Refuses X as :meth:`predict` does.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_clusters)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -355,6 +392,18 @@ class KMeans(DqkmClusterer):
         """Opposite of the inertia of X on the fitted centers (higher is better).
 
         Refuses X as :meth:`predict` does, naming the first row concerned.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+
+        Returns
+        -------
+        float
+            Minus the sum of squared distances to the nearest centers.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

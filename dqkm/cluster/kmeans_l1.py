@@ -39,6 +39,14 @@ class KMeansL1(KMeans):
     ----------
     Sculley, "Web-scale k-means clustering", WWW 2010 (Algorithm 2).
     Giffon et al., QuicK-means (Machine Learning, 2021), Sect. 4 baselines.
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+    >>> km = dqkm.KMeansL1(n_clusters=2, radius=5.0, random_state=0).fit(X)
+    >>> bool(np.all(np.abs(km.cluster_centers_).sum(axis=1) <= 5.0 * (1 + 1e-3)))
+    True
     """
 
     def __init__(self, n_clusters=8, *, radius=1.0, tol_l1=1e-3, init="k-means++",

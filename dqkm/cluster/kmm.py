@@ -378,6 +378,22 @@ class KMultipleMeans(DqkmClusterer):
         return state, arrays["mu"], arrays["V"], dict(meta["seeding"])
 
     def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return the cluster of each of its rows.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+        **kwargs
+            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            ``labels_`` after the fit.
+        """
         return self.fit(X, **kwargs).labels_
 
     def predict(self, X):
@@ -386,6 +402,17 @@ class KMultipleMeans(DqkmClusterer):
         Prototypes with no point (label −1) are ignored; outlier detection is
         not applied to new points.  A block of Dask input holding NaN or
         infinity raises :class:`~dqkm.exceptions.DataError` when it is computed.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -397,6 +424,16 @@ class KMultipleMeans(DqkmClusterer):
         """Euclidean distances to every prototype, shape (n_samples, n_prototypes).
 
         Refuses NaN or infinity as :meth:`predict` does.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_prototypes)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

@@ -243,19 +243,55 @@ class QKMeans(KMeans):
 
     # ------------------------------------------------------------- inference
     def predict(self, X):
-        """Nearest centroid of each sample, computed with the sparse factors."""
+        """Nearest centroid of each sample, computed with the sparse factors.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign_factors(Xd, self.factors_), lazy)
 
     def transform(self, X):
-        """Euclidean distances to every centroid (via the factors), (n_samples, n_clusters)."""
+        """Euclidean distances to every centroid (via the factors), (n_samples, n_clusters).
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_clusters)
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(factor_distances(Xd, self.factors_), lazy)
 
     def score(self, X, y=None):
-        """Opposite of the QK-means objective of X (higher is better)."""
+        """Opposite of the QK-means objective of X (higher is better).
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+
+        Returns
+        -------
+        float
+            Minus the QK-means objective (eq. 5) of X.
+        """
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)
         return -factor_inertia(Xd, self.factors_, split_every=self.split_every)
@@ -301,6 +337,16 @@ def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchi
     ----------
     Giffon et al., QuicK-means (Machine Learning, 2021): the "K-means +
     palm4MSA" baseline.
+
+    Examples
+    --------
+    >>> import dqkm
+    >>> from sklearn.datasets import load_digits
+    >>> X = load_digits().data
+    >>> km = dqkm.KMeans(16, random_state=0, max_iter=10).fit(X)
+    >>> V = dqkm.factorize_centroids(km, sparsity=3, n_iter=20)
+    >>> V.shape, V.nnz < 16 * 64
+    ((16, 64), True)
     """
     check_is_fitted(kmeans, "cluster_centers_")
     C = np.asarray(kmeans.cluster_centers_, dtype=np.float64)

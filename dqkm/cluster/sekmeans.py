@@ -276,6 +276,22 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         return self
 
     def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return the cluster of each of its rows.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+        **kwargs
+            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            ``labels_`` after the fit.
+        """
         return self.fit(X, **kwargs).labels_
 
     # ------------------------------------------------------------- inference
@@ -284,6 +300,16 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
         A block of Dask input holding NaN or infinity raises
         :class:`~dqkm.exceptions.DataError` when it is computed.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        embedding : ndarray or Dask array of shape (n_samples, n_components)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -295,6 +321,17 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         """Embed X, then the index of the nearest embedded center of each sample.
 
         Refuses NaN or infinity as :meth:`transform` does.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
