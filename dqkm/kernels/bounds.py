@@ -24,6 +24,15 @@ The sums, counts, per-row distances and objective are accumulated by the
 Lloyd kernel's finishing loop, so for the same labels they are bit-identical
 to :func:`dqkm.kernels.lloyd.lloyd_partials`'s.
 
+Elkan's variant (C. Elkan, "Using the triangle inequality to accelerate
+k-means", International Conference on Machine Learning (ICML), 2003) keeps one
+lower bound per row *and center* (``n_rows × K`` float64) and the K × K
+center separations, and skips each center separately: more state and more
+skipped distances, which pays at larger K.  :func:`elkan_partials` follows the
+same exactness rules (a center is skipped only when it is strictly farther;
+computed candidates are compared by their float64 squared distances, the lower
+index winning ties).
+
 All functions here are pure: the bounds and labels are returned as new arrays.
 """
 
@@ -34,7 +43,8 @@ from numba import njit
 
 from .lloyd import _finish_tile, _outputs, _prepare
 
-__all__ = ["hamerly_partials", "center_geometry", "HamerlyResult"]
+__all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
+           "HamerlyResult"]
 
 # Relative outward rounding of every bound: float64 distances of up to ~10⁵
 # features are accurate to far better than this, and it costs no pruning.
@@ -77,6 +87,19 @@ def center_geometry(centers, previous=None):
                              f"shape {c.shape}; pass the centers of the previous step.")
         shift = np.sqrt(np.sum((c - p) ** 2, axis=1)) * (1.0 + _EPS)
     return half_sep, shift
+
+
+def center_separations(centers):
+    """Half the distance between every two centers, rounded down (float64, K × K).
+
+    The diagonal is 0.  Used by :func:`elkan_partials`.
+    """
+    c = np.asarray(centers, dtype=np.float64)
+    half = np.empty((c.shape[0], c.shape[0]))
+    for j in range(c.shape[0]):
+        diff = c - c[j]
+        half[j] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return 0.5 * half * (1.0 - _EPS)
 
 
 @njit(nogil=True, cache=True)
@@ -156,6 +179,72 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps):  # OU
 
 
 @njit(nogil=True, cache=True)
+def _elkan_row(X, r, centers, a, u, lows, shift, cc, eps):  # OUT lows
+    """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
+    returns (label, upper bound, distances computed).  ``a = -1``: full scan."""
+    k = centers.shape[0]
+    computed = 0
+    if a < 0:
+        best2 = np.inf
+        a = 0
+        for j in range(k):
+            v = _sq_dist(X, r, centers, j)
+            lows[j] = np.sqrt(v) * (1.0 - eps)
+            if v < best2:
+                best2 = v
+                a = j
+        return a, np.sqrt(best2) * (1.0 + eps), k
+    tight = False
+    a2 = 0.0
+    for j in range(k):
+        if j == a or u < lows[j] or u < cc[a, j]:  # c_j strictly farther than c_a
+            continue
+        if not tight:
+            a2 = _sq_dist(X, r, centers, a)
+            computed += 1
+            u = np.sqrt(a2) * (1.0 + eps)
+            lows[a] = np.sqrt(a2) * (1.0 - eps)
+            tight = True
+            if u < lows[j] or u < cc[a, j]:
+                continue
+        v = _sq_dist(X, r, centers, j)
+        computed += 1
+        lows[j] = np.sqrt(v) * (1.0 - eps)
+        if v < a2 or (v == a2 and j < a):
+            a = j
+            a2 = v
+            u = np.sqrt(v) * (1.0 + eps)
+    return a, u, computed
+
+
+@njit(nogil=True, cache=True)
+def _elkan_rows(X, centers, labels, upper, lower, shift, half_sep, cc, eps):  # OUT labels, upper, lower
+    """Move every row's bounds by the centers' shifts, then :func:`_elkan_row` where
+    ``u < s_a`` does not already settle it; the number of distances computed."""
+    k = centers.shape[0]
+    computed = 0
+    for r in range(X.shape[0]):
+        a = labels[r]
+        lows = lower[r]
+        u = 0.0
+        if a >= 0:
+            for j in range(k):
+                lo = lows[j] - shift[j]
+                if np.isfinite(lo):
+                    lo = lo - eps * (abs(lows[j]) + shift[j])
+                lows[j] = lo
+            u = (upper[r] + shift[a]) * (1.0 + eps)
+            if u < half_sep[a]:
+                upper[r] = u
+                continue
+        a, u, c = _elkan_row(X, r, centers, a, u, lows, shift, cc, eps)
+        labels[r] = a
+        upper[r] = u
+        computed += c
+    return computed
+
+
+@njit(nogil=True, cache=True)
 def _mark_nonfinite(mind):  # OUT mind
     """+inf for rows whose distance is not finite (NaN/inf in X, or overflow); whether any."""
     found = False
@@ -216,22 +305,67 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     lower = np.array(lower, dtype=np.float64, copy=True).reshape(-1)
     shift = np.ascontiguousarray(shift, dtype=np.float64)
     half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
-    if not (labels.shape == upper.shape == lower.shape == (n,)):
-        raise ValueError(f"labels, upper and lower must have shape (n_rows,) = ({n},); got "
-                         f"{labels.shape}, {upper.shape} and {lower.shape}. Pass the state "
-                         "returned by the previous step for the same chunk.")
+    _check_state(n, k, labels, upper, lower, (n,))
     if shift.shape != (k,) or half_sep.shape != (k,):
         raise ValueError(f"shift and half_sep must have shape (n_clusters,) = ({k},); got "
                          f"{shift.shape} and {half_sep.shape}; compute them with "
                          "center_geometry(centers, previous).")
-    if n and (labels.min() < -1 or labels.max() >= k):
-        raise ValueError(f"labels must lie in [-1, {k}); got values in "
-                         f"[{labels.min()}, {labels.max()}].")
     sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
     obj = 0.0
     computed = 0
     if n:
         computed = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS)
+        with np.errstate(over="ignore", invalid="ignore"):
+            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+        if _mark_nonfinite(mind):
+            obj = np.inf
+    return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,
+                         int(n * k - computed))
+
+
+def _check_state(n, k, labels, upper, lower, lower_shape):
+    if labels.shape != (n,) or upper.shape != (n,) or lower.shape != lower_shape:
+        raise ValueError(f"labels, upper and lower must have shapes ({n},), ({n},) and "
+                         f"{lower_shape}; got {labels.shape}, {upper.shape} and {lower.shape}. "
+                         "Pass the state returned by the previous step for the same chunk.")
+    if n and (labels.min() < -1 or labels.max() >= k):
+        raise ValueError(f"labels must lie in [-1, {k}); got values in "
+                         f"[{labels.min()}, {labels.max()}].")
+
+
+def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separations):
+    """One Lloyd step on a chunk with Elkan's bounds (one lower bound per row and center).
+
+    As :func:`hamerly_partials`, except that ``lower`` has shape
+    ``(n_rows, n_clusters)`` and ``separations`` is
+    :func:`center_separations` of ``centers`` (K × K, float64).
+
+    Returns
+    -------
+    HamerlyResult
+        ``(sums, counts, objective, labels, min_sq_dist, upper, lower, n_skipped)``,
+        the first five bit-identical to :func:`~dqkm.kernels.lloyd.lloyd_partials`'s
+        for the same labels.
+    """
+    X, centers = _prepare(X, centers)
+    n, k = X.shape[0], centers.shape[0]
+    labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
+    upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
+    lower = np.array(lower, dtype=np.float64, copy=True, order="C")
+    shift = np.ascontiguousarray(shift, dtype=np.float64)
+    half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
+    cc = np.ascontiguousarray(separations, dtype=np.float64)
+    _check_state(n, k, labels, upper, lower, (n, k))
+    if shift.shape != (k,) or half_sep.shape != (k,) or cc.shape != (k, k):
+        raise ValueError(f"shift, half_sep and separations must have shapes ({k},), ({k},) "
+                         f"and ({k}, {k}); got {shift.shape}, {half_sep.shape} and "
+                         f"{cc.shape}; compute them with center_geometry and "
+                         "center_separations.")
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    obj = 0.0
+    computed = 0
+    if n:
+        computed = _elkan_rows(X, centers, labels, upper, lower, shift, half_sep, cc, _EPS)
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):

@@ -1,7 +1,7 @@
-"""Hamerly's bound-pruned Lloyd step against plain Lloyd steps (kernel level).
+"""Hamerly's and Elkan's bound-pruned Lloyd steps against plain Lloyd steps (kernel level).
 
-A sequence of :func:`hamerly_partials` steps, each chunk carrying its own
-labels and bounds, must give the labels, float64 sums, counts, per-row
+A sequence of :func:`hamerly_partials` (or :func:`elkan_partials`) steps, each
+chunk carrying its own labels and bounds, must give the labels, float64 sums, counts, per-row
 distances and objective of :func:`lloyd_partials` at every step, bit for bit,
 while skipping distance computations once the centers settle.
 """
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits, make_blobs
 
-from dqkm.kernels.bounds import center_geometry, hamerly_partials
+from dqkm.kernels.bounds import (center_geometry, center_separations, elkan_partials,
+                                 hamerly_partials)
 from dqkm.kernels.lloyd import lloyd_partials
 
 
@@ -22,9 +23,17 @@ def _update(centers, sums, counts):
     return new.astype(centers.dtype)
 
 
-def _run_both(X, C0, n_steps, n_chunks):
+def _step(kind, chunk, C, state, shift, half_sep):
+    if kind == "hamerly":
+        return hamerly_partials(chunk, C, *state, shift, half_sep)
+    return elkan_partials(chunk, C, *state, shift, half_sep, center_separations(C))
+
+
+def _run_both(X, C0, n_steps, n_chunks, kind="hamerly"):
     chunks = np.array_split(X, n_chunks)
-    state = [(np.full(len(c), -1), np.zeros(len(c)), np.zeros(len(c))) for c in chunks]
+    lower_shape = (lambda n: n) if kind == "hamerly" else (lambda n: (n, len(C0)))
+    state = [(np.full(len(c), -1), np.zeros(len(c)), np.zeros(lower_shape(len(c))))
+             for c in chunks]
     C, prev = C0.copy(), None
     skipped = []
     for _ in range(n_steps):
@@ -34,7 +43,7 @@ def _run_both(X, C0, n_steps, n_chunks):
         n_skip = 0
         for q, chunk in enumerate(chunks):
             ref = lloyd_partials(chunk, C)
-            out = hamerly_partials(chunk, C, *state[q], shift, half_sep)
+            out = _step(kind, chunk, C, state[q], shift, half_sep)
             sums, counts, obj, labels, mind, upper, lower, n_sk = out
             np.testing.assert_array_equal(labels, ref[3])
             np.testing.assert_array_equal(sums, ref[0])
@@ -47,7 +56,10 @@ def _run_both(X, C0, n_steps, n_chunks):
             own = d[np.arange(len(chunk)), labels]
             assert np.all(upper >= own)
             d[np.arange(len(chunk)), labels] = np.inf
-            assert np.all(lower <= d.min(1))
+            if kind == "hamerly":
+                assert np.all(lower <= d.min(1))
+            else:
+                assert np.all(lower <= d)
             state[q] = (labels, upper, lower)
             n_skip += n_sk
             for t, r in zip(tot, (sums, counts, obj)):
@@ -58,29 +70,35 @@ def _run_both(X, C0, n_steps, n_chunks):
     return skipped
 
 
+KINDS = ["hamerly", "elkan"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("d", [2, 16])
-def test_hamerly_equals_lloyd_on_blobs(dtype, d):
+def test_bounds_equal_lloyd_on_blobs(dtype, d, kind):
     X, _ = make_blobs(3000, d, centers=8, cluster_std=1.5, random_state=0)
     X = X.astype(dtype)
     C0 = X[np.random.default_rng(0).choice(len(X), 8, replace=False)]
-    skipped = _run_both(X, C0, 8, 3)
+    skipped = _run_both(X, C0, 8, 3, kind)
     assert skipped[0] == 0.0            # first step: no bounds yet
     assert max(skipped[1:]) > 0.5       # most distances skipped once the centers settle
 
 
-def test_hamerly_equals_lloyd_on_digits():
+@pytest.mark.parametrize("kind", KINDS)
+def test_bounds_equal_lloyd_on_digits(kind):
     X = load_digits().data  # integer features: exact ties at the first step
     C0 = X[np.random.default_rng(1).choice(len(X), 10, replace=False)]
-    skipped = _run_both(X, C0, 10, 4)
+    skipped = _run_both(X, C0, 10, 4, kind)
     assert max(skipped[1:]) > 0.3
 
 
-def test_hamerly_equals_lloyd_with_empty_clusters_and_duplicate_centers():
+@pytest.mark.parametrize("kind", KINDS)
+def test_bounds_equal_lloyd_with_empty_clusters_and_duplicate_centers(kind):
     rng = np.random.default_rng(2)
     X = rng.standard_normal((900, 3))
     C0 = np.vstack([X[:4], X[:1], np.full((2, 3), 50.0)])  # a duplicate, two far centers
-    skipped = _run_both(X, C0, 6, 2)
+    skipped = _run_both(X, C0, 6, 2, kind)
     assert max(skipped[1:]) > 0.0
 
 
@@ -108,7 +126,7 @@ def test_hamerly_refuses_mismatched_state():
     X = np.zeros((5, 2))
     C = np.eye(2)
     half_sep, shift = center_geometry(C)
-    with pytest.raises(ValueError, match=r"labels, upper and lower must have shape \(n_rows,\)"):
+    with pytest.raises(ValueError, match=r"labels, upper and lower must have shapes \(5,\)"):
         hamerly_partials(X, C, np.zeros(4), np.zeros(5), np.zeros(5), shift, half_sep)
     with pytest.raises(ValueError, match=r"shift and half_sep must have shape \(n_clusters,\)"):
         hamerly_partials(X, C, np.zeros(5), np.zeros(5), np.zeros(5), shift[:1], half_sep)
@@ -116,3 +134,15 @@ def test_hamerly_refuses_mismatched_state():
         hamerly_partials(X, C, np.full(5, 2), np.zeros(5), np.zeros(5), shift, half_sep)
     with pytest.raises(ValueError, match="previous centers of shape"):
         center_geometry(C, np.eye(3))
+
+
+def test_elkan_refuses_mismatched_separations():
+    X = np.zeros((5, 2))
+    C = np.eye(2)
+    half_sep, shift = center_geometry(C)
+    with pytest.raises(ValueError, match=r"separations must have shapes"):
+        elkan_partials(X, C, np.zeros(5), np.zeros(5), np.zeros((5, 2)), shift, half_sep,
+                       np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"must have shapes \(5,\), \(5,\) and \(5, 2\)"):
+        elkan_partials(X, C, np.zeros(5), np.zeros(5), np.zeros(5), shift, half_sep,
+                       center_separations(C))
