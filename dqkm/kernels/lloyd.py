@@ -14,9 +14,9 @@ therefore computes ``Σ_f (x_f − c_f)²`` directly, across a transposed tile o
 rows in SIMD lanes (:mod:`dqkm.kernels._direct`); above it, the GEMM.  The
 choice is automatic and depends on ``n_features`` only.  The crossover is
 where the two kernels cost the same per row and center: single-threaded, on
-float32 data, the direct kernel is the faster one up to about 24 features at
-K = 64 and the GEMM from about 32 features (sooner at larger K, whose wider
-GEMM is more efficient).  Both kernels give the lowest index on ties and the
+float32 data and at K = 64 as at K = 256, the direct kernel takes about a fifth
+of the GEMM kernel's time at 2 features, half at 16, three quarters at 32, the
+same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels give the lowest index on ties and the
 same float64 sums, counts and per-row exact distances (the finishing pass is
 shared); only their rounding of near-ties differs, the direct one being the
 exact one far from the origin.
@@ -38,7 +38,7 @@ _TILE = 256
 
 # Up to this many features the assignment uses direct distances (module _direct), above
 # it the GEMM; see the module docstring.
-_DIRECT_MAX_D = 24
+_DIRECT_MAX_D = 32
 
 
 # Reassociation lets LLVM vectorise the float64 distance sum of each row (the
@@ -231,16 +231,16 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
     objective = 0.0
     XT = np.zeros((dp, tile), dtype=X.dtype)
     best = np.empty(tile, dtype=X.dtype)
-    dist = np.empty(tile, dtype=X.dtype)
+    dist = np.empty((2, tile), dtype=X.dtype)
     lab = np.empty(tile, dtype=np.int32)
     XT64 = np.zeros((dp, tile), dtype=np.float64)
     best64 = np.empty(tile, dtype=np.float64)
-    dist64 = np.empty(tile, dtype=np.float64)
+    dist64 = np.empty((2, tile), dtype=np.float64)
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         t = stop - start
         _transpose_tile(X, start, t, XT)
-        argmin_direct(XT, t, cpad, best, dist, lab)
+        argmin_direct(XT, t, cpad, best, dist[0], dist[1], lab)
         again = False
         for i in range(t):
             if not np.isfinite(best[i]):
@@ -248,7 +248,7 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
                 break
         if again:
             _transpose_tile(X, start, t, XT64)
-            argmin_direct(XT64, t, cpad64, best64, dist64, lab)
+            argmin_direct(XT64, t, cpad64, best64, dist64[0], dist64[1], lab)
         for i in range(t):
             labels[start + i] = lab[i]
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,

@@ -41,7 +41,7 @@ def _assert_same(out, ref):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 8, 13, 24])
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 8, 13, 24, 30, 32])
 def test_direct_equals_gemm_on_ties(dtype, d, monkeypatch):
     """Integer grid data and centers: many exact ties, duplicated centers; all
     products are exact in both kernels, so labels and sums must be identical."""
@@ -64,7 +64,7 @@ def test_direct_equals_gemm_on_ties(dtype, d, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d", [2, 3, 8, 16])
+@pytest.mark.parametrize("d", [2, 3, 8, 16, 31])
 def test_direct_equals_gemm_on_blobs(dtype, d, monkeypatch):
     """Separated blobs near the origin: the GEMM is accurate, both agree exactly."""
     rng = np.random.default_rng(10 + d)
