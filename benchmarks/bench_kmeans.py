@@ -283,7 +283,10 @@ def run_lowd(args):
             "scikit-learn and faiss run in memory with 2 threads; faiss uses every row "
             "(`max_points_per_centroid` raised). \"dqkm, GEMM kernel\" is dqkm with the "
             "low-dimension (direct distance) kernel switched off, in the same run. The last "
-            "column is dqkm's time over the faster of scikit-learn's lloyd and faiss."))
+            "column is dqkm's time over the faster of scikit-learn's lloyd and faiss. "
+            f"Load average at the end of the run: {os.getloadavg()[0]:.1f} on "
+            f"{os.cpu_count()} cores (other jobs slow OpenMP peers, which spin, more than "
+            "dqkm's threads)."))
 
 
 def run_bounds(args):
