@@ -113,13 +113,27 @@ def _sq_dist(X, r, centers, j):
 
 
 @njit(nogil=True, cache=True)
-def _scan(X, r, centers, known, known_d2):
-    """Nearest and second-nearest squared distances of row r (``known``'s is given)."""
+def _scan(X, r, CT, d2):  # OUT d2
+    """Nearest center of row r, its squared distance and the second smallest.
+
+    ``CT`` is the centers transposed (float64, ``n_features × K``): each
+    feature updates all K distances at once (SIMD across the centers), every
+    distance still summed in feature order as :func:`_sq_dist` sums it.
+    """
+    k = CT.shape[1]
+    for j in range(k):
+        d2[j] = 0.0
+    for f in range(CT.shape[0]):
+        xf = np.float64(X[r, f])
+        cf = CT[f]
+        for j in range(k):
+            u = xf - cf[j]
+            d2[j] += u * u
     best = np.inf
     second = np.inf
     arg = 0
-    for j in range(centers.shape[0]):
-        v = known_d2 if j == known else _sq_dist(X, r, centers, j)
+    for j in range(k):
+        v = d2[j]
         if v < best:
             second = best
             best = v
@@ -130,7 +144,7 @@ def _scan(X, r, centers, known, known_d2):
 
 
 @njit(nogil=True, cache=True)
-def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps):  # OUT labels, upper, lower
+def _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, eps):  # OUT labels, upper, lower
     """Move, test and (where needed) reset the bounds of every row; the number of
     center distances computed (a label of -1 means no bounds yet: full scan)."""
     k = centers.shape[0]
@@ -147,10 +161,9 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps):  # OU
             m2 = shift[j]
     m1 = max(m1, 0.0)
     computed = 0
+    d2 = np.empty(k)
     for r in range(X.shape[0]):
         a = labels[r]
-        known = -1
-        known_d2 = 0.0
         if a >= 0:
             other = m2 if a == a1 else m1
             u = (upper[r] + shift[a]) * (1.0 + eps)
@@ -169,9 +182,8 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps):  # OU
                 upper[r] = u
                 lower[r] = lo
                 continue
-            known = a
-        arg, best, second = _scan(X, r, centers, known, known_d2)
-        computed += k - 1 if known >= 0 else k
+        arg, best, second = _scan(X, r, CT, d2)
+        computed += k
         labels[r] = arg
         upper[r] = np.sqrt(best) * (1.0 + eps)
         lower[r] = np.sqrt(second) * (1.0 - eps)
@@ -179,20 +191,15 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps):  # OU
 
 
 @njit(nogil=True, cache=True)
-def _elkan_row(X, r, centers, a, u, lows, shift, cc, eps):  # OUT lows
+def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, d2
     """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
     returns (label, upper bound, distances computed).  ``a = -1``: full scan."""
     k = centers.shape[0]
     computed = 0
     if a < 0:
-        best2 = np.inf
-        a = 0
+        a, best2, _ = _scan(X, r, CT, d2)
         for j in range(k):
-            v = _sq_dist(X, r, centers, j)
-            lows[j] = np.sqrt(v) * (1.0 - eps)
-            if v < best2:
-                best2 = v
-                a = j
+            lows[j] = np.sqrt(d2[j]) * (1.0 - eps)
         return a, np.sqrt(best2) * (1.0 + eps), k
     tight = False
     a2 = 0.0
@@ -218,11 +225,12 @@ def _elkan_row(X, r, centers, a, u, lows, shift, cc, eps):  # OUT lows
 
 
 @njit(nogil=True, cache=True)
-def _elkan_rows(X, centers, labels, upper, lower, shift, half_sep, cc, eps):  # OUT labels, upper, lower
+def _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, eps):  # OUT labels, upper, lower
     """Move every row's bounds by the centers' shifts, then :func:`_elkan_row` where
     ``u < s_a`` does not already settle it; the number of distances computed."""
     k = centers.shape[0]
     computed = 0
+    d2 = np.empty(k)
     for r in range(X.shape[0]):
         a = labels[r]
         lows = lower[r]
@@ -237,7 +245,7 @@ def _elkan_rows(X, centers, labels, upper, lower, shift, half_sep, cc, eps):  # 
             if u < half_sep[a]:
                 upper[r] = u
                 continue
-        a, u, c = _elkan_row(X, r, centers, a, u, lows, shift, cc, eps)
+        a, u, c = _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps)
         labels[r] = a
         upper[r] = u
         computed += c
@@ -314,7 +322,8 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     obj = 0.0
     computed = 0
     if n:
-        computed = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS)
+        CT = np.ascontiguousarray(centers.T, dtype=np.float64)
+        computed = _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, _EPS)
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):
@@ -365,7 +374,8 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     obj = 0.0
     computed = 0
     if n:
-        computed = _elkan_rows(X, centers, labels, upper, lower, shift, half_sep, cc, _EPS)
+        CT = np.ascontiguousarray(centers.T, dtype=np.float64)
+        computed = _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, _EPS)
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):
