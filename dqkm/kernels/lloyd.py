@@ -16,10 +16,10 @@ choice is automatic and depends on ``n_features`` only.  The crossover is
 where the two kernels cost the same per row and center: single-threaded, on
 float32 data and at K = 64 as at K = 256, the direct kernel takes about a fifth
 of the GEMM kernel's time at 2 features, half at 16, three quarters at 32, the
-same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels give the lowest index on ties and the
-same float64 sums, counts and per-row exact distances (the finishing pass is
-shared); only their rounding of near-ties differs, the direct one being the
-exact one far from the origin.
+same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels
+give the lowest index on ties and the same float64 sums, counts and per-row
+exact distances (the finishing pass is shared); only their rounding of
+near-ties differs, the direct one being the exact one far from the origin.
 
 All kernels here are pure: they never mutate their inputs and hold no state.
 """
