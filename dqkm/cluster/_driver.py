@@ -127,13 +127,23 @@ class IterativeAlgorithm(ABC):
         step computes it; ``tol == 0`` gives 0)."""
         return 0.0 if not self.tol else None
 
+    def begin_run(self, rng):
+        """Called before every run, fresh or resumed, with the fit's generator
+        (for a step that draws random numbers: the driver checkpoints the
+        generator's state after every step and restores it on resume)."""
+
+    def pack_meta(self, state) -> dict:
+        """JSON-serialisable parts of the state kept beside :meth:`pack`'s arrays."""
+        return {}
+
     def save_extra(self, state):
         """A callable ``f(directory)`` writing more of the state into a
         checkpoint's state group (e.g. per-chunk data on the workers), or None."""
         return None
 
-    def load_extra(self, state, directory):
-        """The resumed state completed from what :meth:`save_extra` wrote."""
+    def load_extra(self, state, directory, meta):
+        """The resumed state completed from what :meth:`save_extra` wrote in
+        ``directory`` and what :meth:`pack_meta` returned (``meta``)."""
         return state
 
     checkpoint_optional: tuple = ()
@@ -174,11 +184,17 @@ class Composed(IterativeAlgorithm):
     def initial_tol_abs(self):
         return self.inner.initial_tol_abs()
 
+    def begin_run(self, rng):
+        return self.inner.begin_run(rng)
+
+    def pack_meta(self, state):
+        return self.inner.pack_meta(state)
+
     def save_extra(self, state):
         return self.inner.save_extra(state)
 
-    def load_extra(self, state, directory):
-        return self.inner.load_extra(state, directory)
+    def load_extra(self, state, directory, meta):
+        return self.inner.load_extra(state, directory, meta)
 
 
 def stored_identity(checkpoint):
@@ -218,19 +234,21 @@ class _Fit:
         self.best = None  # (value, RunResult, run)
         self.saved = None  # (run, iteration) of the checkpoint's latest state
 
-    def _save(self, run, state, history, tol_abs, converged, rng_state):
+    def _save(self, run, state, history, tol_abs, converged, rng):
         algo = self.algo
         arrays = _prefixed("current_", algo.pack(state))
         best_meta = None
         if self.best is not None:
             value, res, best_run = self.best
             arrays.update(_prefixed("best_", algo.pack(res.state)))
-            best_meta = {"value": value, "run": best_run, **_result_meta(res)}
+            best_meta = {"value": value, "run": best_run, "state_meta": algo.pack_meta(res.state),
+                         **_result_meta(res)}
         rec = history[-1]
         self.ck.save(rec["iteration"], arrays, {
             "run": run, "iteration": rec["iteration"], "history": history, "tol_abs": tol_abs,
             "converged": bool(converged), "shift": rec["shift"],
-            "last_objective": rec["objective"], "rng": rng_state, "best": best_meta},
+            "last_objective": rec["objective"], "rng": rng.bit_generator.state,
+            "state_meta": algo.pack_meta(state), "best": best_meta},
             extra=algo.save_extra(state), run=run)
         self.saved = (run, rec["iteration"])
 
@@ -240,7 +258,7 @@ class _Fit:
             saved = f"iteration {self.saved[1]} of run {self.saved[0] + 1}"
         return scheduler_lost(self.algo.name, error, self.checkpoint, saved)
 
-    def iterate(self, run, state, rng_state, start=0, history=(), tol_abs=None):
+    def iterate(self, run, state, rng, start=0, history=(), tol_abs=None):
         """Steps ``start + 1 … max_iter`` of run ``run`` from ``state``."""
         algo, history = self.algo, list(history)
         if tol_abs is None:
@@ -254,7 +272,7 @@ class _Fit:
             history.append(rec)
             converged = bool(algo.converged(rec, tol_abs))
             if self.ck is not None:
-                self._save(run, state, history, tol_abs, converged, rng_state)
+                self._save(run, state, history, tol_abs, converged, rng)
             self.reporter.update(rec, tol_abs)
             logger.info("%s run %d iteration %d: objective %.6g, shift %.3g, %.3fs", algo.name,
                         run + 1, it, objective, shift, rec["seconds"])
@@ -277,9 +295,11 @@ class _Fit:
         directory = self.ck.latest_path()
         if meta.get("best") is not None:
             b = meta["best"]
-            state = algo.load_extra(algo.unpack(_unprefixed("best_", arrays)), directory)
+            state = algo.load_extra(algo.unpack(_unprefixed("best_", arrays)), directory,
+                                    b.get("state_meta", {}))
             self.best = (b["value"], _result_from_meta(state, b), b.get("run", 0))
-        state = algo.load_extra(algo.unpack(_unprefixed("current_", arrays)), directory)
+        state = algo.load_extra(algo.unpack(_unprefixed("current_", arrays)), directory,
+                                meta.get("state_meta", {}))
         return meta["run"], state, meta
 
     def run(self, rng, saved):
@@ -288,16 +308,17 @@ class _Fit:
             start_run, state, meta = self.resume(saved, rng)
         for run in range(start_run, self.n_init):
             self.reporter.start_run(run, self.n_init)
+            self.algo.begin_run(rng)
             try:
                 if saved is not None and run == start_run:
                     if meta["converged"] or meta["iteration"] >= self.algo.max_iter:
                         res = _result_from_meta(state, meta)
                     else:
-                        res = self.iterate(run, state, meta["rng"], meta["iteration"],
+                        res = self.iterate(run, state, rng, meta["iteration"],
                                            meta["history"], meta["tol_abs"])
                 else:
                     state = self.algo.init_state(self.X, rng)
-                    res = self.iterate(run, state, rng.bit_generator.state)
+                    res = self.iterate(run, state, rng)
                 value = float(self.algo.finalize(self.X, res))
             except SchedulerLostError as e:
                 raise self._lost(e) from e

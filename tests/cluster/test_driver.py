@@ -144,6 +144,28 @@ def test_resume_equals_uninterrupted(X, tmp_path, stop):
     assert resumed.result.history == full.result.history
 
 
+class NoisyHalfway(Halfway):
+    """Steps that draw from the fit's generator (as KMultipleMeans's do)."""
+
+    def begin_run(self, rng):
+        self.rng = rng
+
+    def step(self, X, state, iteration, tol_abs):
+        new, rec, tol_abs = super().step(X, state, iteration, tol_abs)
+        return new + self.rng.normal(0.0, 0.1, size=new.shape), rec, tol_abs
+
+
+def test_resume_of_steps_that_draw_equals_uninterrupted(X, tmp_path):
+    full = run_fit(NoisyHalfway(max_iter=4), X, n_init=2, random_state=2)
+    with pytest.raises(Stop):
+        run_fit(NoisyHalfway(max_iter=4), X, n_init=2, random_state=2, callback=_stop_at(3),
+                checkpoint=tmp_path / "ck")
+    resumed = run_fit(NoisyHalfway(max_iter=4), X, n_init=2, random_state=2,
+                      checkpoint=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.result.state, full.result.state)
+    assert resumed.result.history == full.result.history
+
+
 def test_interrupted_run_resumes_where_it_stopped(X, tmp_path):
     """Stopped after iteration 2 of run 2: the resumed fit draws no new start for
     run 2, continues it at iteration 3, then starts run 3."""
