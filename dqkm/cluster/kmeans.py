@@ -216,15 +216,18 @@ class KMeans(DqkmClusterer):
             inside the input store is refused with a ``CheckpointError``.  The
             fit locks it (a second fit on it gets a ``CheckpointError`` naming
             the host and pid of the first) and records its identity: every
-            constructor parameter but ``persist``, and X's shape, dtype, row
-            chunks and fingerprint (per-chunk row counts and float64 column
+            constructor parameter but ``persist`` and ``verbose``, and X's
+            shape, dtype, row chunks and fingerprint (per-chunk row counts and float64 column
             sums: one extra pass over X, made only with a checkpoint).
         resume : bool, default=False
-            Continue from ``checkpoint`` if it holds a state; the result is the
+            Continue from ``checkpoint`` if it holds a state (in the run and
+            after the iteration it was written); the result is the
             same as an uninterrupted fit with the same seed.  A checkpoint of
             another estimator, other parameters or other data is refused with
             a ``CheckpointMismatchError``, a damaged one (a missing or altered
-            array, file or state) with a ``CheckpointError``.
+            array, file or state) with a ``CheckpointError``, and one written
+            by an older dqkm (another checkpoint format) with a
+            ``CheckpointMismatchError`` saying to fit with ``resume=False``.
 
         Returns
         -------
