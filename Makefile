@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench docs docs-check clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,11 @@ $(PY):
 
 # An editable install: new modules and subpackages of dqkm need no re-install.
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,plot,dashboard]'
+	$(PIP) install -e '.[test,plot,dashboard,docs]'
+	@touch $@
+
+$(VENV)/.installed-docs: pyproject.toml | $(PY)
+	$(PIP) install -e '.[docs]'
 	@touch $@
 
 $(VENV)/.installed-demo: pyproject.toml | $(PY)
@@ -33,6 +37,17 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/bench_kmeans.py
+
+# The documentation site, into docs/_build/html; any warning (a broken reference,
+# a malformed docstring) fails the build.
+docs: $(VENV)/.installed-docs
+	$(PY) -m sphinx -b html -W --keep-going -q docs docs/_build/html
+	@echo "docs/_build/html/index.html"
+
+# Open the built site's index, "choosing an algorithm" and one API page in
+# headless Chromium and check that they render.
+docs-check: docs
+	$(PY) docs/check_rendered.py docs/_build/html
 
 clean-venv:
 	rm -rf $(VENV)

@@ -14,6 +14,7 @@ Usage in a benchmark::
         write_page("kmeans", "K-means per iteration", table_markdown, notes="...")
 """
 
+import contextlib
 import datetime
 import os
 import platform
@@ -56,6 +57,13 @@ def _blas():
     return "; ".join(libs) or "unknown"
 
 
+def _load():
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:  # pragma: no cover - not available on this platform
+        return "unknown"
+
+
 def machine_header(command=None):
     """Markdown lines describing this run: machine, BLAS, versions, date, command."""
     command = command or " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])]
@@ -66,7 +74,7 @@ def machine_header(command=None):
         f"{platform.system()} {platform.release()}",
         f"- BLAS: {_blas()}",
         f"- Python {platform.python_version()}; {_versions()}",
-        f"- run: {now}",
+        f"- run: {now}; load average {_load()} (1 / 5 / 15 min; the machine may be shared)",
         f"- command: `{command}`",
     ]
 
@@ -96,3 +104,69 @@ def markdown_table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(out)
+
+
+class _Tee:
+    """A text stream that writes to the real stdout and keeps a copy."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._parts = []
+
+    def write(self, text):
+        self._parts.append(text)
+        return self._stream.write(text)
+
+    def flush(self):
+        self._stream.flush()
+
+    def getvalue(self):
+        return "".join(self._parts)
+
+
+@contextlib.contextmanager
+def capture_stdout():
+    """Keep a copy of what the block prints (it is still printed).
+
+    Yields an object whose ``getvalue()`` returns the text printed so far.
+    """
+    tee = _Tee(sys.stdout)
+    old, sys.stdout = sys.stdout, tee
+    try:
+        yield tee
+    finally:
+        sys.stdout = old
+
+
+def printed_as_markdown(text, *, fenced=False):
+    """Turn a benchmark's printed output into Markdown.
+
+    ``fenced=True`` keeps it verbatim in a ``text`` code block (column-aligned
+    tables); otherwise Markdown table rows stay as they are, ``#`` headings
+    are shifted so that the highest is level 2 (under the page's title), and
+    every other line becomes a paragraph of its own.
+    """
+    if fenced:
+        return "```text\n" + text.strip("\n") + "\n```\n"
+    lines = [line.rstrip() for line in text.strip("\n").splitlines()]
+    levels = [len(h) - len(h.lstrip("#")) for h in lines if h.startswith("#")]
+    shift = 2 - min(levels) if levels else 0  # the page title is the only level-1 heading
+    out, in_table = [], False
+    for line in lines:
+        if line.startswith("#"):
+            line = "#" * max(2, len(line) - len(line.lstrip("#")) + shift) + line.lstrip("#")
+        is_row = line.startswith("|")
+        if not line:
+            in_table = False
+            out.append("")
+        elif is_row:
+            if not in_table and out and out[-1] != "":
+                out.append("")
+            out.append(line)
+            in_table = True
+        else:
+            if in_table or (out and out[-1] != ""):
+                out.append("")
+            out.append(line)
+            in_table = False
+    return "\n".join(out) + "\n"

@@ -32,6 +32,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from dqkm.kernels import SparseFactors  # noqa: E402
 
+from _report import (add_markdown_option, capture_stdout,  # noqa: E402
+                     printed_as_markdown, write_page)
+
+NOTES = ("Applying QK-means's sparse factors λ·S1···SQ to a block of rows, against the dense "
+         'K×D product and a chain of scipy CSR products, on the same rows; ratios are measured '
+         'side by side in one run.')
+
 
 def balanced_support(m, n, s, rng):
     """0/1-pattern m × n with s entries per line along the longer side, balanced on the other."""
@@ -104,7 +111,17 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=8192)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--no-scipy", action="store_true", help="skip the scipy CSR-chain column")
+    add_markdown_option(p)
     a = p.parse_args(argv)
+    with capture_stdout() as out:
+        _run(a)
+    if a.markdown:
+        write_page('factor_apply', 'Sparse-factor apply (SparseFactors)',
+                   printed_as_markdown(out.getvalue(), fenced=True),
+                   notes=NOTES)
+
+
+def _run(a):
     if a.quick:
         cases, repeat = [(512, 512), (1024, 1024)], 3
     else:

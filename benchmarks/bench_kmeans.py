@@ -9,6 +9,19 @@ iteration and ratios.  Run:
     .venv/bin/python benchmarks/bench_kmeans.py --memory   # out-of-core: store 2x the cluster memory
 
 Case (a): 200k × 256, K = 64.  Case (b): 100k × 1024, K = 512.
+
+Low-dimension part (``--lowd``): D ∈ {2, 3, 8, 16, 32, 64} (K = 16, 64, 64, 64,
+256, 64), 500k rows of float32 blobs in 8 persisted chunks, threaded scheduler;
+dqkm against scikit-learn's lloyd and elkan and faiss (``faiss.Kmeans``, the
+same initial centroids, every row used, 2 threads).  The "GEMM kernel" column
+is dqkm with the low-dimension kernel switched off, measured in the same run.
+Each method is timed ``--repeat`` times, interleaved, and the best is kept::
+
+    .venv/bin/python benchmarks/bench_kmeans.py --lowd [--rows 200000] [--markdown]
+
+``--bounds``: kernel level, one thread, the Hamerly and Elkan steps of
+:mod:`dqkm.kernels.bounds` against Lloyd steps from the same init: seconds per
+step and the share of row-center distances skipped at each iteration.
 """
 
 from __future__ import annotations
@@ -26,7 +39,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import dqkm  # noqa: E402
+from _report import add_markdown_option, markdown_table, write_page  # noqa: E402
 from dqkm import datasets  # noqa: E402
+from dqkm.kernels import lloyd as lloyd_kernels  # noqa: E402
 
 NO_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
@@ -188,17 +203,169 @@ def memory_case(tmp, quick=False):
           + ", ".join(f"{v / 1e6:.0f} MB" for v in peaks.values()))
 
 
+LOWD_CASES = [(2, 16), (3, 64), (8, 64), (16, 64), (32, 256), (64, 64)]
+
+
+def _faiss_fit(X, init, n_iter):
+    import faiss
+
+    k, d = init.shape
+    km = faiss.Kmeans(d, k, niter=n_iter, max_points_per_centroid=X.shape[0] // k + 1,
+                      min_points_per_centroid=1, verbose=False, seed=0)
+    km.train(X, init_centroids=init)
+    return km
+
+
+def lowd_case(n, d, k, n_iter, repeat):
+    """Seconds per iteration of each method on one (n, d, k) case, best of ``repeat``."""
+    import dask.array as da
+    from sklearn.cluster import KMeans as SkKMeans
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n, d, centers=k, cluster_std=4.0, center_box=(-50, 50),
+                      random_state=0)
+    X = X.astype(np.float32)
+    init = X[np.random.default_rng(1).choice(n, k, replace=False)]
+    kw = dict(n_clusters=k, init=init, max_iter=n_iter, tol=0.0)
+    fits = {
+        "dqkm": lambda: dqkm.KMeans(persist=True, **kw).fit(Xp),
+        "dqkm, GEMM kernel": lambda: _gemm_only(lambda: dqkm.KMeans(persist=True, **kw).fit(Xp)),
+        "sklearn lloyd": lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(X),
+        "sklearn elkan": lambda: SkKMeans(algorithm="elkan", n_init=1, **kw).fit(X),
+    }
+    try:
+        import faiss
+
+        faiss.omp_set_num_threads(2)
+        fits["faiss"] = lambda: _faiss_fit(X, init, n_iter)
+    except ImportError:
+        pass
+    best = dict.fromkeys(fits, np.inf)
+    with dask.config.set(scheduler="threads"):
+        Xp = da.from_array(X, chunks=(-(-n // 8), d)).persist()
+        dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xp)  # numba compile / cache load
+        _gemm_only(lambda: dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xp))
+        for _ in range(repeat):
+            for name, fit in fits.items():
+                best[name] = min(best[name], per_iter(fit, n_iter))
+    return best
+
+
+def _gemm_only(fit):
+    """``fit()`` with the low-dimension kernel switched off (today's GEMM kernel)."""
+    saved = lloyd_kernels._DIRECT_MAX_D
+    lloyd_kernels._DIRECT_MAX_D = 0
+    try:
+        return fit()
+    finally:
+        lloyd_kernels._DIRECT_MAX_D = saved
+
+
+def run_lowd(args):
+    headers = ["D", "K", "dqkm", "dqkm, GEMM kernel", "sklearn lloyd", "sklearn elkan", "faiss",
+               "dqkm ÷ faster of lloyd, faiss"]
+    rows = []
+    print(f"\n### low dimension: {args.rows:,} rows float32 blobs, 8 chunks, threads, "
+          f"persisted; s / iteration\n")
+    for d, k in LOWD_CASES:
+        t = lowd_case(args.rows, d, k, args.iters, args.repeat)
+        peer = min(t["sklearn lloyd"], t.get("faiss", np.inf))
+        rows.append([d, k] + [f"{t[c]:.4f}" if c in t else "–" for c in headers[2:7]]
+                    + [f"{t['dqkm'] / peer:.2f}"])
+        print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
+    table = markdown_table(headers, rows)
+    print("\n" + table)
+    if args.markdown:
+        write_page("kmeans", "K-means per iteration, low dimension", table, notes=(
+            f"Seconds per Lloyd iteration, {args.rows:,} rows of float32 blobs in 8 persisted "
+            "chunks, Dask's threaded scheduler, the same initial centers for every method, "
+            f"`tol=0`, up to {args.iters} iterations, best of {args.repeat} interleaved runs. "
+            "scikit-learn and faiss run in memory with 2 threads; faiss uses every row "
+            "(`max_points_per_centroid` raised). \"dqkm, GEMM kernel\" is dqkm with the "
+            "low-dimension (direct distance) kernel switched off, in the same run. The last "
+            "column is dqkm's time over the faster of scikit-learn's lloyd and faiss. "
+            f"Load average at the end of the run: {os.getloadavg()[0]:.1f} on "
+            f"{os.cpu_count()} cores (other jobs slow OpenMP peers, which spin, more than "
+            "dqkm's threads)."))
+
+
+def run_bounds(args):
+    """Kernel level, one thread: Lloyd steps vs Hamerly and Elkan steps from the same
+    init on blobs; seconds per step and the share of row-center distances skipped."""
+    from sklearn.datasets import make_blobs
+
+    from dqkm.kernels.bounds import (center_geometry, center_separations, elkan_partials,
+                                     hamerly_partials)
+
+    n = args.rows
+    for d, k in [(2, 16), (16, 64), (16, 256)]:
+        X, _ = make_blobs(n, d, centers=k, cluster_std=4.0, center_box=(-50, 50),
+                          random_state=0)
+        X = X.astype(np.float32)
+        chunks = np.array_split(X, 8)
+        C0 = X[np.random.default_rng(1).choice(n, k, replace=False)]
+        times = {"lloyd": [], "hamerly": [], "elkan": []}
+        skipped = {"hamerly": [], "elkan": []}
+        for kind in times:
+            C, prev = C0.copy(), None
+            state = [(np.full(len(c), -1), np.zeros(len(c)),
+                      np.zeros(len(c) if kind == "hamerly" else (len(c), k))) for c in chunks]
+            for _ in range(args.iters):
+                t0 = time.perf_counter()
+                half_sep, shift = center_geometry(C, prev)
+                sep = center_separations(C) if kind == "elkan" else None
+                sums, counts, n_skip = 0.0, 0, 0
+                for q, ch in enumerate(chunks):
+                    if kind == "lloyd":
+                        out = lloyd_kernels.lloyd_partials(ch, C)
+                    elif kind == "hamerly":
+                        out = hamerly_partials(ch, C, *state[q], shift, half_sep)
+                    else:
+                        out = elkan_partials(ch, C, *state[q], shift, half_sep, sep)
+                    if kind != "lloyd":
+                        state[q] = (out[3], out[5], out[6])
+                        n_skip += out[7]
+                    sums, counts = sums + out[0], counts + out[1]
+                new = C.astype(np.float64)
+                new[counts > 0] = sums[counts > 0] / counts[counts > 0, None]
+                prev, C = C, new.astype(np.float32)
+                times[kind].append(time.perf_counter() - t0)
+                if kind != "lloyd":
+                    skipped[kind].append(n_skip / (n * k))
+        print(f"\n{n:,} × {d}, K = {k}: seconds per step (1 thread) and share of distances "
+              "skipped, by iteration")
+        print("| iteration | lloyd | hamerly | skipped | elkan | skipped |")
+        print("|---|---|---|---|---|---|")
+        for i in range(args.iters):
+            print(f"| {i + 1} | {times['lloyd'][i]:.3f} | {times['hamerly'][i]:.3f} | "
+                  f"{skipped['hamerly'][i]:.1%} | {times['elkan'][i]:.3f} | "
+                  f"{skipped['elkan'][i]:.1%} |", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--memory", action="store_true")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--no-dask-ml", action="store_true")
+    p.add_argument("--lowd", action="store_true",
+                   help="the low-dimension part only (D = 2 … 64 against scikit-learn and faiss)")
+    p.add_argument("--bounds", action="store_true",
+                   help="kernel-level Hamerly/Elkan steps against Lloyd steps (one thread)")
+    p.add_argument("--rows", type=int, default=500_000, help="rows of the low-dimension part")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per method (best kept)")
+    add_markdown_option(p)
     args = p.parse_args()
     import sklearn
 
     print(f"dqkm {dqkm.__version__}, dask {dask.__version__}, sklearn {sklearn.__version__}, "
           f"numpy {np.__version__}; {os.cpu_count()} cores")
+    if args.lowd:
+        run_lowd(args)
+        return
+    if args.bounds:
+        run_bounds(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if args.memory:
             memory_case(tmp, args.quick)

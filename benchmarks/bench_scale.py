@@ -8,10 +8,10 @@ Reports the median seconds per iteration (the ClusterIndex: seconds of the
 whole build, its clusterer's fit included), the peak worker RSS, whether a
 worker was restarted, and a refusal's message (a fit whose tasks cannot fit
 is refused with the memory it needs).  The machine's load average is
-recorded with the table, which replaces the scale section of
-docs/BENCHMARKS.md with ``--write-docs``.
+recorded with the table, which replaces docs/benchmarks/scale.md with
+``--markdown``.
 
-    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 550MiB] [--write-docs]
+    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 550MiB] [--markdown]
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -34,12 +33,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import dqkm  # noqa: E402
 from dqkm import datasets  # noqa: E402
 from dqkm.neighbors import ClusterIndex  # noqa: E402
+from _report import add_markdown_option, write_page  # noqa: E402
 
 D = 32
 K = 16
-DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "BENCHMARKS.md")
-BEGIN = "<!-- bench_scale table: begin -->"
-END = "<!-- bench_scale table: end -->"
+
+NOTES = ('Seconds per iteration and peak worker RSS at 1×, 2× and 4× a base size read from '
+         'Zarr (`persist=False`: every pass re-reads the store) on a LocalCluster of 2 workers '
+         '× 1 thread; a fit whose tasks cannot fit is refused with the memory it needs.')
 
 
 def estimators(iters):
@@ -110,8 +111,14 @@ def main():
     p.add_argument("--quick", action="store_true", help="top size 1x the workers' memory")
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--memory-limit", default="550MiB")
-    p.add_argument("--write-docs", action="store_true")
+    add_markdown_option(p)
     args = p.parse_args()
+    text = _run(args)
+    if args.markdown:
+        write_page("scale", "Out-of-core scaling of every estimator", text, notes=NOTES)
+
+
+def _run(args):
     from dask.utils import parse_bytes
     from distributed import Client, LocalCluster
 
@@ -154,15 +161,7 @@ def main():
                      f"{pk:.0f} | {rs} | {note.replace('|', '/')} |")
     text = "\n".join(table)
     print("\n" + text)
-    if args.write_docs:
-        doc = open(DOCS, encoding="utf-8").read()
-        block = f"{BEGIN}\n{text}\n{END}"
-        if BEGIN in doc:
-            doc = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, doc,
-                         flags=re.S)
-        else:
-            doc = doc.replace("## Sparse-factor apply", f"{block}\n\n## Sparse-factor apply", 1)
-        open(DOCS, "w", encoding="utf-8").write(doc)
+    return text
 
 
 if __name__ == "__main__":

@@ -33,6 +33,13 @@ from dqkm.parallel.embedding import embed
 from dqkm.parallel.engine import compute
 from dqkm.sparse import make_sparse_blobs
 
+from _report import (add_markdown_option, capture_stdout,  # noqa: E402
+                     printed_as_markdown, write_page)
+
+NOTES = ('Embedding time of the sparse embedding (SE, O(nnz)) against a dense random '
+         'projection (RP); end-to-end fits against full `dqkm.KMeans`; the ε-approximation '
+         '(embedded cost / original cost of the same partition).')
+
 
 def _seconds(f, repeat=1):
     best, out = np.inf, None
@@ -146,7 +153,17 @@ def digits_like(n_copies, seed=0):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    add_markdown_option(p)
     args = p.parse_args()
+    with capture_stdout() as out:
+        _run(args)
+    if args.markdown:
+        write_page('sekmeans', 'Sparse-embedded K-means',
+                   printed_as_markdown(out.getvalue(), fenced=False),
+                   notes=NOTES)
+
+
+def _run(args):
     if args.quick:
         n, d, k, copies, max_iter, repeat = 20_000, 20_000, 10, 4, 20, 1
     else:

@@ -100,6 +100,15 @@ def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,
     X : dask array of shape (n_samples, n_features)
     y : dask array of shape (n_samples,), int32
     centers : ndarray of shape (n_centers, n_features), only if ``return_centers``
+
+    Examples
+    --------
+    >>> from dqkm.datasets import make_blobs
+    >>> X, y = make_blobs(1000, 4, centers=3, chunks=250, random_state=0)
+    >>> X.shape, X.dtype, X.numblocks
+    ((1000, 4), dtype('float32'), (4, 1))
+    >>> sorted(set(y.compute().tolist()))
+    [0, 1, 2]
     """
     n_samples = _check_positive_int("n_samples", n_samples)
     n_features = _check_positive_int("n_features", n_features)
@@ -158,13 +167,65 @@ def _sk_generated(kind, n_samples, noise, factor, chunks, random_state, dtype):
 
 
 def make_moons(n_samples=2000, *, noise=None, chunks=None, random_state=None, dtype=np.float64):
-    """Two interleaving half circles (scikit-learn's generator, run per chunk)."""
+    """Two interleaving half circles (scikit-learn's generator, run per chunk).
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of points.
+    noise : float or None
+        Standard deviation of the Gaussian noise added to the points.
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+    random_state : int or None
+        Root of the ``SeedSequence``; every chunk draws from its own child.
+    dtype : float64 (default) or float32
+
+    Returns
+    -------
+    X : dask array of shape (n_samples, 2)
+    y : dask array of shape (n_samples,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import make_moons
+    >>> X, y = make_moons(200, noise=0.05, random_state=0)
+    >>> X.shape, int(y.sum().compute())
+    ((200, 2), 100)
+    """
     return _sk_generated("moons", n_samples, noise, None, chunks, random_state, dtype)
 
 
 def make_circles(n_samples=2000, *, noise=None, factor=0.8, chunks=None, random_state=None,
                  dtype=np.float64):
-    """A large circle containing a smaller one (scikit-learn's generator, run per chunk)."""
+    """A large circle containing a smaller one (scikit-learn's generator, run per chunk).
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of points.
+    noise : float or None
+        Standard deviation of the Gaussian noise added to the points.
+    factor : float, default=0.8
+        Scale of the inner circle against the outer one.
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+    random_state : int or None
+        Root of the ``SeedSequence``; every chunk draws from its own child.
+    dtype : float64 (default) or float32
+
+    Returns
+    -------
+    X : dask array of shape (n_samples, 2)
+    y : dask array of shape (n_samples,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import make_circles
+    >>> X, y = make_circles(200, noise=0.05, random_state=0)
+    >>> X.shape, int(y.sum().compute())
+    ((200, 2), 100)
+    """
     return _sk_generated("circles", n_samples, noise, factor, chunks, random_state, dtype)
 
 
@@ -177,28 +238,100 @@ def _bundled(loader, chunks):
 
 
 def load_digits(*, chunks=None):
-    """scikit-learn's bundled 8×8 digits: X (1797 × 64, float64), y."""
+    """scikit-learn's bundled 8×8 digits: X (1797 × 64, float64), y.
+
+    Parameters
+    ----------
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+
+    Returns
+    -------
+    X : dask array of shape (1797, 64), float64
+    y : dask array of shape (1797,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import load_digits
+    >>> X, y = load_digits(chunks=100)
+    >>> X.shape
+    (1797, 64)
+    """
     from sklearn.datasets import load_digits as f
 
     return _bundled(f, chunks)
 
 
 def load_breast_cancer(*, chunks=None):
-    """scikit-learn's bundled breast cancer data: X (569 × 30), y."""
+    """scikit-learn's bundled breast cancer data: X (569 × 30), y.
+
+    Parameters
+    ----------
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+
+    Returns
+    -------
+    X : dask array of shape (569, 30), float64
+    y : dask array of shape (569,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import load_breast_cancer
+    >>> X, y = load_breast_cancer(chunks=100)
+    >>> X.shape
+    (569, 30)
+    """
     from sklearn.datasets import load_breast_cancer as f
 
     return _bundled(f, chunks)
 
 
 def load_wine(*, chunks=None):
-    """scikit-learn's bundled wine data: X (178 × 13), y."""
+    """scikit-learn's bundled wine data: X (178 × 13), y.
+
+    Parameters
+    ----------
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+
+    Returns
+    -------
+    X : dask array of shape (178, 13), float64
+    y : dask array of shape (178,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import load_wine
+    >>> X, y = load_wine(chunks=100)
+    >>> X.shape
+    (178, 13)
+    """
     from sklearn.datasets import load_wine as f
 
     return _bundled(f, chunks)
 
 
 def load_iris(*, chunks=None):
-    """scikit-learn's bundled iris data: X (150 × 4), y."""
+    """scikit-learn's bundled iris data: X (150 × 4), y.
+
+    Parameters
+    ----------
+    chunks : int, optional
+        Rows per chunk (default: one chunk).
+
+    Returns
+    -------
+    X : dask array of shape (150, 4), float64
+    y : dask array of shape (150,), int32
+
+    Examples
+    --------
+    >>> from dqkm.datasets import load_iris
+    >>> X, y = load_iris(chunks=100)
+    >>> X.shape
+    (150, 4)
+    """
     from sklearn.datasets import load_iris as f
 
     return _bundled(f, chunks)

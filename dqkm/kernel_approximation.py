@@ -43,7 +43,25 @@ _DEFAULT_N_COMPONENTS = 100
 
 def landmark_operator(estimator):
     """The landmark operator of a fitted clusterer: its ``factors_`` when it has
-    them (fast ``apply_rows``), else its dense ``cluster_centers_``."""
+    them (fast ``apply_rows``), else its dense ``cluster_centers_``.
+
+    Parameters
+    ----------
+    estimator : fitted clusterer
+        A model with ``factors_`` (``QKMeans``) or ``cluster_centers_``.
+
+    Returns
+    -------
+    SparseFactors or ndarray of shape (n_clusters, n_features)
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.kernel_approximation import landmark_operator
+    >>> X = np.random.default_rng(0).normal(size=(100, 8))
+    >>> landmark_operator(dqkm.KMeans(4, random_state=0).fit(X)).shape
+    (4, 8)
+    """
     factors = getattr(estimator, "factors_", None)
     if factors is not None:
         return factors

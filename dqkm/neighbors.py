@@ -351,9 +351,15 @@ class ClusterIndex(BaseEstimator):
     def predict(self, X):
         """1-NN classification: the target of every query's nearest indexed row.
 
+        Parameters
+        ----------
+        X : array-like or Dask array of shape (n_queries, n_features)
+            The queries.
+
         Returns
         -------
-        ndarray of shape (n_queries,) (Dask array for Dask input)
+        y_pred : ndarray of shape (n_queries,) (Dask array for Dask input)
+            The target of each query's nearest indexed row.
         """
         check_is_fitted(self, "index_")
         if not hasattr(self, "classes_"):
@@ -443,7 +449,20 @@ class ClusterIndex(BaseEstimator):
         return self
 
     def score(self, X, y):
-        """Accuracy of :meth:`predict` on ``(X, y)``."""
+        """Accuracy of :meth:`predict` on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like or Dask array of shape (n_queries, n_features)
+            The queries.
+        y : array-like of shape (n_queries,)
+            The true targets.
+
+        Returns
+        -------
+        float
+            The fraction of queries whose predicted target is ``y``.
+        """
         pred = self.predict(X)
         if isinstance(pred, da.Array):
             pred = compute(pred)[0]

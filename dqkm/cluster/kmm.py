@@ -88,6 +88,8 @@ class KMultipleMeans(DqkmClusterer):
     persist : 'auto', bool, default='auto'
     split_every : int or None, default=None
         Fan-in of the tree reductions (None: 8).
+    verbose : int, default=0
+        Progress shown during fit, as :class:`dqkm.KMeans` (see :mod:`dqkm.progress`).
 
     Attributes
     ----------
@@ -141,7 +143,7 @@ class KMultipleMeans(DqkmClusterer):
     def __init__(self, n_clusters=2, *, n_prototypes=None, n_neighbors=5, init="random",
                  detect_outliers=False, solver="fast", svd_algorithm="auto", svd_rank=None,
                  max_iter=30, max_inner_iter=30, random_state=None, persist="auto",
-                 split_every=None):
+                 split_every=None, verbose=0):
         self.n_clusters = n_clusters
         self.n_prototypes = n_prototypes
         self.n_neighbors = n_neighbors
@@ -155,6 +157,7 @@ class KMultipleMeans(DqkmClusterer):
         self.random_state = random_state
         self.persist = persist
         self.split_every = split_every
+        self.verbose = verbose
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples, n_features):
@@ -378,6 +381,22 @@ class KMultipleMeans(DqkmClusterer):
         return state, arrays["mu"], arrays["V"], dict(meta["seeding"])
 
     def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return the cluster of each of its rows.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+        **kwargs
+            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            ``labels_`` after the fit.
+        """
         return self.fit(X, **kwargs).labels_
 
     def predict(self, X):
@@ -386,6 +405,17 @@ class KMultipleMeans(DqkmClusterer):
         Prototypes with no point (label −1) are ignored; outlier detection is
         not applied to new points.  A block of Dask input holding NaN or
         infinity raises :class:`~dqkm.exceptions.DataError` when it is computed.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -397,6 +427,16 @@ class KMultipleMeans(DqkmClusterer):
         """Euclidean distances to every prototype, shape (n_samples, n_prototypes).
 
         Refuses NaN or infinity as :meth:`predict` does.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_prototypes)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

@@ -77,7 +77,7 @@ def _result_dtype(factors):
 
 
 class SparseFactors:
-    """Immutable linear operator ``V = lam · S1 @ S2 @ ... @ SQ`` of shape ``(K, D)``.
+    """Immutable linear operator ``V = lam · S1 @ S2 @ … @ SQ`` of shape ``(K, D)``.
 
     Parameters
     ----------

@@ -122,7 +122,7 @@ def _cluster(trim_memory=False, **kw):
     from distributed import LocalCluster
 
     # Without malloc trimming reads are faster but each worker keeps ~100 MB
-    # more (see ANCHORS.md); the tight-memory test keeps the nanny's default.
+    # more (measured on the project machine); the tight-memory test keeps the nanny's default.
     cfg = {} if trim_memory else {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
     with dask.config.set(cfg):
         return LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

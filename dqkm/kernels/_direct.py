@@ -1,0 +1,259 @@
+"""Nearest center of a tile of rows by direct distances (no GEMM), for low dimension.
+
+The tile is stored transposed (``XT`` of shape ``(d_padded, tile)``): one
+feature of all the tile's rows is contiguous, so every loop below runs across
+the rows in SIMD lanes, with one center's coordinates held in registers.  The
+features are taken four at a time (two for the first block when the padded
+dimension is not a multiple of four): ``dist`` is read and written once per
+four features, and the last block is fused with the compare-and-select, so at
+``d ≤ 4`` a center costs a single pass over the tile and the distances never
+leave registers.  Two centers share each pass (each loaded feature serves
+both), which halves the loads and stores per center.  The padding (features of ``XT`` and of the centers set to
+zero) adds exact zeros.
+
+The distances ``Σ_f (x_f − c_f)²`` are formed in the tile's dtype; unlike the
+expansion ``‖x‖² − 2x·c + ‖c‖²`` they lose no precision on data far from the
+origin.  Ties go to the lowest index (strict ``<`` with the centers scanned in
+increasing order) and a NaN distance never wins.
+
+Pure: ``best``, ``dist`` and ``lab`` are the caller's scratch buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["argmin_direct"]
+
+# as in .lloyd: reassociation lets LLVM vectorise; nothing assumes finite values
+_FASTMATH = {"reassoc", "contract", "nsz"}
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _first2(XT, c, t, dist):  # OUT dist
+    x0, x1 = XT[0], XT[1]
+    c0, c1 = c[0], c[1]
+    for i in range(t):
+        u0 = x0[i] - c0
+        u1 = x1[i] - c1
+        dist[i] = u0 * u0 + u1 * u1
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _first4(XT, c, t, dist):  # OUT dist
+    x0, x1, x2, x3 = XT[0], XT[1], XT[2], XT[3]
+    c0, c1, c2, c3 = c[0], c[1], c[2], c[3]
+    for i in range(t):
+        u0 = x0[i] - c0
+        u1 = x1[i] - c1
+        u2 = x2[i] - c2
+        u3 = x3[i] - c3
+        dist[i] = (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _add4(XT, f, c, t, dist):  # OUT dist
+    x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
+    c0, c1, c2, c3 = c[f], c[f + 1], c[f + 2], c[f + 3]
+    for i in range(t):
+        u0 = x0[i] - c0
+        u1 = x1[i] - c1
+        u2 = x2[i] - c2
+        u3 = x3[i] - c3
+        dist[i] += (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _only2(XT, c, t, j, best, lab):  # OUT best, lab
+    x0, x1 = XT[0], XT[1]
+    c0, c1 = c[0], c[1]
+    for i in range(t):
+        u0 = x0[i] - c0
+        u1 = x1[i] - c1
+        v = u0 * u0 + u1 * u1
+        b = best[i]
+        old = lab[i]
+        m = v < b
+        best[i] = v if m else b
+        lab[i] = j if m else old
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _last4(XT, f, c, t, j, dist, best, lab):  # OUT best, lab
+    """Features ``f … f+3`` added to ``dist`` (``dist`` unused when ``f`` is 0)."""
+    x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
+    c0, c1, c2, c3 = c[f], c[f + 1], c[f + 2], c[f + 3]
+    if f == 0:
+        for i in range(t):
+            u0 = x0[i] - c0
+            u1 = x1[i] - c1
+            u2 = x2[i] - c2
+            u3 = x3[i] - c3
+            v = (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
+            b = best[i]
+            old = lab[i]
+            m = v < b
+            best[i] = v if m else b
+            lab[i] = j if m else old
+    else:
+        for i in range(t):
+            u0 = x0[i] - c0
+            u1 = x1[i] - c1
+            u2 = x2[i] - c2
+            u3 = x3[i] - c3
+            v = dist[i] + ((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3))
+            b = best[i]
+            old = lab[i]
+            m = v < b
+            best[i] = v if m else b
+            lab[i] = j if m else old
+
+
+# Two centers per pass: each feature of the tile is loaded once for both, and
+# ``best``/``lab`` are read and written once per pair (half the memory traffic of
+# one center per pass, which made the loop load-bound).  Center ``a`` is compared
+# before ``b = a + 1``, so the lower index still wins ties.
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _select2(va, vb, i, ja, jb, best, lab):  # OUT best, lab
+    b = best[i]
+    old = lab[i]
+    m = va < b
+    b = va if m else b
+    old = ja if m else old
+    m2 = vb < b
+    best[i] = vb if m2 else b
+    lab[i] = jb if m2 else old
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _pair_only2(XT, ca, cb, t, ja, jb, best, lab):  # OUT best, lab
+    x0, x1 = XT[0], XT[1]
+    a0, a1, b0, b1 = ca[0], ca[1], cb[0], cb[1]
+    for i in range(t):
+        y0 = x0[i]
+        y1 = x1[i]
+        u0 = y0 - a0
+        u1 = y1 - a1
+        w0 = y0 - b0
+        w1 = y1 - b1
+        _select2(u0 * u0 + u1 * u1, w0 * w0 + w1 * w1, i, ja, jb, best, lab)
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _pair_first2(XT, ca, cb, t, da, db):  # OUT da, db
+    x0, x1 = XT[0], XT[1]
+    a0, a1, b0, b1 = ca[0], ca[1], cb[0], cb[1]
+    for i in range(t):
+        y0 = x0[i]
+        y1 = x1[i]
+        u0 = y0 - a0
+        u1 = y1 - a1
+        w0 = y0 - b0
+        w1 = y1 - b1
+        da[i] = u0 * u0 + u1 * u1
+        db[i] = w0 * w0 + w1 * w1
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _pair_block4(XT, f, ca, cb, t, da, db, first):  # OUT da, db
+    """Features ``f … f+3`` of both centers: stored (``first``) or added."""
+    x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
+    a0, a1, a2, a3 = ca[f], ca[f + 1], ca[f + 2], ca[f + 3]
+    b0, b1, b2, b3 = cb[f], cb[f + 1], cb[f + 2], cb[f + 3]
+    if first:
+        for i in range(t):
+            y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
+            u0, u1, u2, u3 = y0 - a0, y1 - a1, y2 - a2, y3 - a3
+            w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
+            da[i] = (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
+            db[i] = (w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3)
+    else:
+        for i in range(t):
+            y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
+            u0, u1, u2, u3 = y0 - a0, y1 - a1, y2 - a2, y3 - a3
+            w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
+            da[i] += (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
+            db[i] += (w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3)
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _pair_last4(XT, f, ca, cb, t, ja, jb, da, db, best, lab):  # OUT best, lab
+    """Features ``f … f+3`` of both centers and the select (``da``/``db`` unused at ``f`` = 0)."""
+    x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
+    a0, a1, a2, a3 = ca[f], ca[f + 1], ca[f + 2], ca[f + 3]
+    b0, b1, b2, b3 = cb[f], cb[f + 1], cb[f + 2], cb[f + 3]
+    if f == 0:
+        for i in range(t):
+            y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
+            u0, u1, u2, u3 = y0 - a0, y1 - a1, y2 - a2, y3 - a3
+            w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
+            _select2((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3),
+                     (w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3), i, ja, jb, best, lab)
+    else:
+        for i in range(t):
+            y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
+            u0, u1, u2, u3 = y0 - a0, y1 - a1, y2 - a2, y3 - a3
+            w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
+            _select2(da[i] + ((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)),
+                     db[i] + ((w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3)), i, ja, jb,
+                     best, lab)
+
+
+@njit(nogil=True, cache=True)
+def _one_center(XT, t, c, jj, best, dist, lab):  # OUT best, dist, lab
+    """Center ``c`` (index ``jj``) against the tile, one center per pass."""
+    dp = XT.shape[0]
+    if dp == 2:
+        _only2(XT, c, t, jj, best, lab)
+        return
+    f = 0
+    if dp > 4:
+        if dp % 4 == 2:
+            _first2(XT, c, t, dist)
+            f = 2
+        else:
+            _first4(XT, c, t, dist)
+            f = 4
+        while f + 4 < dp:
+            _add4(XT, f, c, t, dist)
+            f += 4
+    _last4(XT, f, c, t, jj, dist, best, lab)
+
+
+@njit(nogil=True, cache=True)
+def argmin_direct(XT, t, centers, best, dist, dist2, lab):  # OUT best, dist, dist2, lab
+    """``lab[i] = argmin_j ‖XT[:, i] − centers[j]‖²`` and ``best[i]`` its value, ``i < t``.
+
+    ``XT`` has shape ``(dp, tile)`` and ``centers`` ``(k, dp)``, ``dp`` even
+    and ≥ 2 (pad both with zero features); ``best``, ``dist`` and ``dist2``
+    (X's dtype) and ``lab`` (int32) hold at least ``t`` entries.  ``best`` is +inf and
+    ``lab`` 0 for a row whose distances are all NaN or +inf.
+    """
+    dp = XT.shape[0]
+    k = centers.shape[0]
+    for i in range(t):
+        best[i] = np.inf
+        lab[i] = 0
+    for j in range(0, k - 1, 2):
+        ca, cb = centers[j], centers[j + 1]
+        ja, jb = np.int32(j), np.int32(j + 1)
+        if dp == 2:
+            _pair_only2(XT, ca, cb, t, ja, jb, best, lab)
+            continue
+        f = 0
+        if dp > 4:
+            if dp % 4 == 2:
+                _pair_first2(XT, ca, cb, t, dist, dist2)
+                f = 2
+            else:
+                _pair_block4(XT, 0, ca, cb, t, dist, dist2, True)
+                f = 4
+            while f + 4 < dp:
+                _pair_block4(XT, f, ca, cb, t, dist, dist2, False)
+                f += 4
+        _pair_last4(XT, f, ca, cb, t, ja, jb, dist, dist2, best, lab)
+    if k % 2:
+        _one_center(XT, t, centers[k - 1], np.int32(k - 1), best, dist, lab)

@@ -1,0 +1,384 @@
+"""Exact bound pruning for Lloyd's assignment: Hamerly's one upper and one lower bound per row.
+
+G. Hamerly, "Making k-means even faster", SIAM International Conference on
+Data Mining (SDM), 2010.  Every row keeps its label ``a``, an upper bound
+``u ≥ ‖x − c_a‖`` and a lower bound ``l ≤ min_{j≠a} ‖x − c_j‖`` (Euclidean,
+not squared).  When the centers move by ``δ_j``, ``u += δ_a`` and
+``l -= max_{j≠a} δ_j`` keep them valid.  With ``s_j = ½ min_{j'≠j} ‖c_j − c_j'‖``,
+``u < max(s_a, l)`` proves that ``c_a`` is strictly the nearest center, so the
+row's K distances are skipped; otherwise ``u`` is tightened to the exact
+distance and, if the test still fails, all K distances are computed and both
+bounds reset.
+
+Exactness.  The tests are strict (``<``), so a row is kept only when its
+center is the *unique* nearest one: a row on a tie is always rescanned and
+gets the lowest index, as in :mod:`dqkm.kernels.lloyd`.  Every bound is
+rounded outward by a relative margin far above float64 rounding
+(``_EPS``): upper bounds up, lower bounds and half-separations down, shifts
+up, so a bound stays valid for the exact distances.  Distances are computed
+in float64; the labels are those of the float64 distances with the lowest
+index on ties, which are the Lloyd kernel's labels unless that kernel's own
+rounding (X's dtype) decides a near-tie differently.
+
+The sums, counts, per-row distances and objective are accumulated by the
+Lloyd kernel's finishing loop, so for the same labels they are bit-identical
+to :func:`dqkm.kernels.lloyd.lloyd_partials`'s.
+
+Elkan's variant (C. Elkan, "Using the triangle inequality to accelerate
+k-means", International Conference on Machine Learning (ICML), 2003) keeps one
+lower bound per row *and center* (``n_rows × K`` float64) and the K × K
+center separations, and skips each center separately: more state and more
+skipped distances, which pays at larger K.  :func:`elkan_partials` follows the
+same exactness rules (a center is skipped only when it is strictly farther;
+computed candidates are compared by their float64 squared distances, the lower
+index winning ties).
+
+All functions here are pure: the bounds and labels are returned as new arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .lloyd import _finish_tile, _outputs, _prepare
+
+__all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
+           "HamerlyResult"]
+
+# Relative outward rounding of every bound: float64 distances of up to ~10⁵
+# features are accurate to far better than this, and it costs no pruning.
+_EPS = 1e-9
+
+
+def center_geometry(centers, previous=None):
+    """Half the distance of each center to its nearest other center, and each
+    center's move since ``previous`` (float64, rounded outward).
+
+    Parameters
+    ----------
+    centers : ndarray of shape (n_clusters, n_features)
+        The centers of the coming step, in the dtype the step uses them.
+    previous : ndarray of shape (n_clusters, n_features), optional
+        The centers the bounds were last valid for; ``None`` for no move.
+
+    Returns
+    -------
+    half_sep : ndarray of shape (n_clusters,), float64
+        ``½ min_{j'≠j} ‖c_j − c_j'‖`` rounded down (+inf when K = 1).
+    shift : ndarray of shape (n_clusters,), float64
+        ``‖c_j − previous_j‖`` rounded up (zeros when ``previous`` is None).
+    """
+    c = np.asarray(centers, dtype=np.float64)
+    k = c.shape[0]
+    # pairwise distances from the differences (not ‖a‖² + ‖b‖² − 2a·b, which
+    # cancels for nearby centers): K passes over the K × D centers
+    d2 = np.empty((k, k))
+    for j in range(k):
+        d2[j] = np.einsum("ij,ij->i", c - c[j], c - c[j])
+    np.fill_diagonal(d2, np.inf)
+    half_sep = 0.5 * np.sqrt(d2.min(axis=1)) * (1.0 - _EPS) if k > 1 else np.full(k, np.inf)
+    if previous is None:
+        shift = np.zeros(k)
+    else:
+        p = np.asarray(previous, dtype=np.float64)
+        if p.shape != c.shape:
+            raise ValueError(f"previous centers of shape {p.shape} do not match centers of "
+                             f"shape {c.shape}; pass the centers of the previous step.")
+        shift = np.sqrt(np.sum((c - p) ** 2, axis=1)) * (1.0 + _EPS)
+    return half_sep, shift
+
+
+def center_separations(centers):
+    """Half the distance between every two centers, rounded down (float64, K × K).
+
+    The diagonal is 0.  Used by :func:`elkan_partials`.
+    """
+    c = np.asarray(centers, dtype=np.float64)
+    half = np.empty((c.shape[0], c.shape[0]))
+    for j in range(c.shape[0]):
+        diff = c - c[j]
+        half[j] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return 0.5 * half * (1.0 - _EPS)
+
+
+@njit(nogil=True, cache=True)
+def _sq_dist(X, r, centers, j):
+    """``‖X[r] − centers[j]‖²`` in float64, in feature order."""
+    acc = 0.0
+    for f in range(X.shape[1]):
+        u = np.float64(X[r, f]) - np.float64(centers[j, f])
+        acc += u * u
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def _scan(X, r, CT, d2):  # OUT d2
+    """Nearest center of row r, its squared distance and the second smallest.
+
+    ``CT`` is the centers transposed (float64, ``n_features × K``): each
+    feature updates all K distances at once (SIMD across the centers), every
+    distance still summed in feature order as :func:`_sq_dist` sums it.
+    """
+    k = CT.shape[1]
+    for j in range(k):
+        d2[j] = 0.0
+    for f in range(CT.shape[0]):
+        xf = np.float64(X[r, f])
+        cf = CT[f]
+        for j in range(k):
+            u = xf - cf[j]
+            d2[j] += u * u
+    best = np.inf
+    second = np.inf
+    arg = 0
+    for j in range(k):
+        v = d2[j]
+        if v < best:
+            second = best
+            best = v
+            arg = j
+        elif v < second:
+            second = v
+    return arg, best, second
+
+
+@njit(nogil=True, cache=True)
+def _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, eps):  # OUT labels, upper, lower
+    """Move, test and (where needed) reset the bounds of every row; the number of
+    center distances computed (a label of -1 means no bounds yet: full scan)."""
+    k = centers.shape[0]
+    # largest and second-largest move: max_{j≠a} δ_j without a K loop per row
+    m1 = -1.0
+    m2 = 0.0
+    a1 = -1
+    for j in range(k):
+        if shift[j] > m1:
+            m2 = max(m1, 0.0)
+            m1 = shift[j]
+            a1 = j
+        elif shift[j] > m2:
+            m2 = shift[j]
+    m1 = max(m1, 0.0)
+    computed = 0
+    d2 = np.empty(k)
+    for r in range(X.shape[0]):
+        a = labels[r]
+        if a >= 0:
+            other = m2 if a == a1 else m1
+            u = (upper[r] + shift[a]) * (1.0 + eps)
+            lo = lower[r] - other
+            if np.isfinite(lo):
+                lo = lo - eps * (abs(lower[r]) + other)
+            bound = max(half_sep[a], lo)
+            if u < bound:
+                upper[r] = u
+                lower[r] = lo
+                continue
+            known_d2 = _sq_dist(X, r, centers, a)
+            computed += 1
+            u = np.sqrt(known_d2) * (1.0 + eps)
+            if u < bound:
+                upper[r] = u
+                lower[r] = lo
+                continue
+        arg, best, second = _scan(X, r, CT, d2)
+        computed += k
+        labels[r] = arg
+        upper[r] = np.sqrt(best) * (1.0 + eps)
+        lower[r] = np.sqrt(second) * (1.0 - eps)
+    return computed
+
+
+@njit(nogil=True, cache=True)
+def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, d2
+    """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
+    returns (label, upper bound, distances computed).  ``a = -1``: full scan."""
+    k = centers.shape[0]
+    computed = 0
+    if a < 0:
+        a, best2, _ = _scan(X, r, CT, d2)
+        for j in range(k):
+            lows[j] = np.sqrt(d2[j]) * (1.0 - eps)
+        return a, np.sqrt(best2) * (1.0 + eps), k
+    tight = False
+    a2 = 0.0
+    for j in range(k):
+        if j == a or u < lows[j] or u < cc[a, j]:  # c_j strictly farther than c_a
+            continue
+        if not tight:
+            a2 = _sq_dist(X, r, centers, a)
+            computed += 1
+            u = np.sqrt(a2) * (1.0 + eps)
+            lows[a] = np.sqrt(a2) * (1.0 - eps)
+            tight = True
+            if u < lows[j] or u < cc[a, j]:
+                continue
+        v = _sq_dist(X, r, centers, j)
+        computed += 1
+        lows[j] = np.sqrt(v) * (1.0 - eps)
+        if v < a2 or (v == a2 and j < a):
+            a = j
+            a2 = v
+            u = np.sqrt(v) * (1.0 + eps)
+    return a, u, computed
+
+
+@njit(nogil=True, cache=True)
+def _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, eps):  # OUT labels, upper, lower
+    """Move every row's bounds by the centers' shifts, then :func:`_elkan_row` where
+    ``u < s_a`` does not already settle it; the number of distances computed."""
+    k = centers.shape[0]
+    computed = 0
+    d2 = np.empty(k)
+    for r in range(X.shape[0]):
+        a = labels[r]
+        lows = lower[r]
+        u = 0.0
+        if a >= 0:
+            for j in range(k):
+                lo = lows[j] - shift[j]
+                if np.isfinite(lo):
+                    lo = lo - eps * (abs(lows[j]) + shift[j])
+                lows[j] = lo
+            u = (upper[r] + shift[a]) * (1.0 + eps)
+            if u < half_sep[a]:
+                upper[r] = u
+                continue
+        a, u, c = _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps)
+        labels[r] = a
+        upper[r] = u
+        computed += c
+    return computed
+
+
+@njit(nogil=True, cache=True)
+def _mark_nonfinite(mind):  # OUT mind
+    """+inf for rows whose distance is not finite (NaN/inf in X, or overflow); whether any."""
+    found = False
+    for r in range(mind.shape[0]):
+        if not np.isfinite(mind[r]):
+            mind[r] = np.inf
+            found = True
+    return found
+
+
+class HamerlyResult(tuple):
+    """``(sums, counts, objective, labels, min_sq_dist, upper, lower, n_skipped)``.
+
+    The first five as :func:`dqkm.kernels.lloyd.lloyd_partials`; ``upper`` and
+    ``lower`` the rows' new bounds (float64) and ``n_skipped`` the number of
+    row-center distances not computed (out of ``n_rows × n_clusters``).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *items):
+        return super().__new__(cls, items)
+
+
+def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
+    """One Lloyd step on a chunk, with Hamerly's bounds skipping distance computations.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, n_features), float32 or float64
+    centers : ndarray of shape (n_clusters, n_features)
+        The centers of this step.
+    labels : ndarray of shape (n_rows,), integer
+        Each row's label from the previous step; -1 where the row has no bounds
+        yet (its K distances are computed).
+    upper, lower : ndarray of shape (n_rows,), float64
+        The rows' bounds as returned by the previous step (ignored where the
+        label is -1).
+    shift : ndarray of shape (n_clusters,), float64
+        How far each center moved since the previous step, rounded up
+        (:func:`center_geometry`); zeros on the first step.
+    half_sep : ndarray of shape (n_clusters,), float64
+        Half the distance of each center to its nearest other, rounded down
+        (:func:`center_geometry`).
+
+    Returns
+    -------
+    HamerlyResult
+        ``(sums, counts, objective, labels, min_sq_dist, upper, lower, n_skipped)``:
+        the first five equal :func:`~dqkm.kernels.lloyd.lloyd_partials`'s for
+        the same labels (bit for bit); the rest is the next step's state and
+        the number of row-center distances skipped.
+    """
+    X, centers = _prepare(X, centers)
+    n, k = X.shape[0], centers.shape[0]
+    labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
+    upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
+    lower = np.array(lower, dtype=np.float64, copy=True).reshape(-1)
+    shift = np.ascontiguousarray(shift, dtype=np.float64)
+    half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
+    _check_state(n, k, labels, upper, lower, (n,))
+    if shift.shape != (k,) or half_sep.shape != (k,):
+        raise ValueError(f"shift and half_sep must have shape (n_clusters,) = ({k},); got "
+                         f"{shift.shape} and {half_sep.shape}; compute them with "
+                         "center_geometry(centers, previous).")
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    obj = 0.0
+    computed = 0
+    if n:
+        CT = np.ascontiguousarray(centers.T, dtype=np.float64)
+        computed = _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, _EPS)
+        with np.errstate(over="ignore", invalid="ignore"):
+            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+        if _mark_nonfinite(mind):
+            obj = np.inf
+    return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,
+                         int(n * k - computed))
+
+
+def _check_state(n, k, labels, upper, lower, lower_shape):
+    if labels.shape != (n,) or upper.shape != (n,) or lower.shape != lower_shape:
+        raise ValueError(f"labels, upper and lower must have shapes ({n},), ({n},) and "
+                         f"{lower_shape}; got {labels.shape}, {upper.shape} and {lower.shape}. "
+                         "Pass the state returned by the previous step for the same chunk.")
+    if n and (labels.min() < -1 or labels.max() >= k):
+        raise ValueError(f"labels must lie in [-1, {k}); got values in "
+                         f"[{labels.min()}, {labels.max()}].")
+
+
+def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separations):
+    """One Lloyd step on a chunk with Elkan's bounds (one lower bound per row and center).
+
+    As :func:`hamerly_partials`, except that ``lower`` has shape
+    ``(n_rows, n_clusters)`` and ``separations`` is
+    :func:`center_separations` of ``centers`` (K × K, float64).
+
+    Returns
+    -------
+    HamerlyResult
+        ``(sums, counts, objective, labels, min_sq_dist, upper, lower, n_skipped)``,
+        the first five bit-identical to :func:`~dqkm.kernels.lloyd.lloyd_partials`'s
+        for the same labels.
+    """
+    X, centers = _prepare(X, centers)
+    n, k = X.shape[0], centers.shape[0]
+    labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
+    upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
+    lower = np.array(lower, dtype=np.float64, copy=True, order="C")
+    shift = np.ascontiguousarray(shift, dtype=np.float64)
+    half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
+    cc = np.ascontiguousarray(separations, dtype=np.float64)
+    _check_state(n, k, labels, upper, lower, (n, k))
+    if shift.shape != (k,) or half_sep.shape != (k,) or cc.shape != (k, k):
+        raise ValueError(f"shift, half_sep and separations must have shapes ({k},), ({k},) "
+                         f"and ({k}, {k}); got {shift.shape}, {half_sep.shape} and "
+                         f"{cc.shape}; compute them with center_geometry and "
+                         "center_separations.")
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    obj = 0.0
+    computed = 0
+    if n:
+        CT = np.ascontiguousarray(centers.T, dtype=np.float64)
+        computed = _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, _EPS)
+        with np.errstate(over="ignore", invalid="ignore"):
+            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+        if _mark_nonfinite(mind):
+            obj = np.inf
+    return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,
+                         int(n * k - computed))

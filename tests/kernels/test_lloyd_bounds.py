@@ -1,0 +1,148 @@
+"""Hamerly's and Elkan's bound-pruned Lloyd steps against plain Lloyd steps (kernel level).
+
+A sequence of :func:`hamerly_partials` (or :func:`elkan_partials`) steps, each
+chunk carrying its own labels and bounds, must give the labels, float64 sums, counts, per-row
+distances and objective of :func:`lloyd_partials` at every step, bit for bit,
+while skipping distance computations once the centers settle.
+"""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, make_blobs
+
+from dqkm.kernels.bounds import (center_geometry, center_separations, elkan_partials,
+                                 hamerly_partials)
+from dqkm.kernels.lloyd import lloyd_partials
+
+
+def _update(centers, sums, counts):
+    """Lloyd's center update; an empty cluster keeps its center."""
+    new = centers.astype(np.float64)
+    nz = counts > 0
+    new[nz] = sums[nz] / counts[nz, None]
+    return new.astype(centers.dtype)
+
+
+def _step(kind, chunk, C, state, shift, half_sep):
+    if kind == "hamerly":
+        return hamerly_partials(chunk, C, *state, shift, half_sep)
+    return elkan_partials(chunk, C, *state, shift, half_sep, center_separations(C))
+
+
+def _run_both(X, C0, n_steps, n_chunks, kind="hamerly"):
+    chunks = np.array_split(X, n_chunks)
+    lower_shape = (lambda n: n) if kind == "hamerly" else (lambda n: (n, len(C0)))
+    state = [(np.full(len(c), -1), np.zeros(len(c)), np.zeros(lower_shape(len(c))))
+             for c in chunks]
+    C, prev = C0.copy(), None
+    skipped = []
+    for _ in range(n_steps):
+        half_sep, shift = center_geometry(C, prev)
+        tot_ref = [np.zeros_like(C, dtype=np.float64), np.zeros(len(C), np.int64), 0.0]
+        tot = [np.zeros_like(C, dtype=np.float64), np.zeros(len(C), np.int64), 0.0]
+        n_skip = 0
+        for q, chunk in enumerate(chunks):
+            ref = lloyd_partials(chunk, C)
+            out = _step(kind, chunk, C, state[q], shift, half_sep)
+            sums, counts, obj, labels, mind, upper, lower, n_sk = out
+            np.testing.assert_array_equal(labels, ref[3])
+            np.testing.assert_array_equal(sums, ref[0])
+            np.testing.assert_array_equal(counts, ref[1])
+            np.testing.assert_array_equal(mind, ref[4])
+            assert obj == ref[2]
+            # the bounds hold for the exact distances
+            d = np.sqrt(((chunk[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2
+                         ).sum(-1))
+            own = d[np.arange(len(chunk)), labels]
+            assert np.all(upper >= own)
+            d[np.arange(len(chunk)), labels] = np.inf
+            if kind == "hamerly":
+                assert np.all(lower <= d.min(1))
+            else:
+                assert np.all(lower <= d)
+            state[q] = (labels, upper, lower)
+            n_skip += n_sk
+            for t, r in zip(tot, (sums, counts, obj)):
+                t += r
+        skipped.append(n_skip / (len(X) * len(C)))
+        prev = C
+        C = _update(C, tot[0], tot[1])
+    return skipped
+
+
+KINDS = ["hamerly", "elkan"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [2, 16])
+def test_bounds_equal_lloyd_on_blobs(dtype, d, kind):
+    X, _ = make_blobs(3000, d, centers=8, cluster_std=1.5, random_state=0)
+    X = X.astype(dtype)
+    C0 = X[np.random.default_rng(0).choice(len(X), 8, replace=False)]
+    skipped = _run_both(X, C0, 8, 3, kind)
+    assert skipped[0] == 0.0            # first step: no bounds yet
+    assert max(skipped[1:]) > 0.5       # most distances skipped once the centers settle
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bounds_equal_lloyd_on_digits(kind):
+    X = load_digits().data  # integer features: exact ties at the first step
+    C0 = X[np.random.default_rng(1).choice(len(X), 10, replace=False)]
+    skipped = _run_both(X, C0, 10, 4, kind)
+    assert max(skipped[1:]) > 0.3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bounds_equal_lloyd_with_empty_clusters_and_duplicate_centers(kind):
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((900, 3))
+    C0 = np.vstack([X[:4], X[:1], np.full((2, 3), 50.0)])  # a duplicate, two far centers
+    skipped = _run_both(X, C0, 6, 2, kind)
+    assert max(skipped[1:]) > 0.0
+
+
+def test_hamerly_single_cluster_and_empty_chunk():
+    X = np.random.default_rng(3).standard_normal((50, 4))
+    C = X[:1]
+    half_sep, shift = center_geometry(C)
+    out = hamerly_partials(X, C, np.full(50, -1), np.zeros(50), np.zeros(50), shift, half_sep)
+    out2 = hamerly_partials(X, C, out[3], out[5], out[6], shift, half_sep)
+    assert out2[7] == 50 and (out2[3] == 0).all()
+    empty = hamerly_partials(X[:0], C, np.zeros(0), np.zeros(0), np.zeros(0), shift, half_sep)
+    assert empty[1].sum() == 0 and empty[2] == 0.0
+
+
+def test_hamerly_nan_row_refused_like_lloyd():
+    X = np.random.default_rng(4).standard_normal((40, 3))
+    X[7, 1] = np.nan
+    C = X[10:13]
+    half_sep, shift = center_geometry(C)
+    out = hamerly_partials(X, C, np.full(40, -1), np.zeros(40), np.zeros(40), shift, half_sep)
+    assert not np.isfinite(out[2]) and out[4][7] == np.inf
+
+
+def test_hamerly_refuses_mismatched_state():
+    X = np.zeros((5, 2))
+    C = np.eye(2)
+    half_sep, shift = center_geometry(C)
+    with pytest.raises(ValueError, match=r"labels, upper and lower must have shapes \(5,\)"):
+        hamerly_partials(X, C, np.zeros(4), np.zeros(5), np.zeros(5), shift, half_sep)
+    with pytest.raises(ValueError, match=r"shift and half_sep must have shape \(n_clusters,\)"):
+        hamerly_partials(X, C, np.zeros(5), np.zeros(5), np.zeros(5), shift[:1], half_sep)
+    with pytest.raises(ValueError, match=r"labels must lie in \[-1, 2\)"):
+        hamerly_partials(X, C, np.full(5, 2), np.zeros(5), np.zeros(5), shift, half_sep)
+    with pytest.raises(ValueError, match="previous centers of shape"):
+        center_geometry(C, np.eye(3))
+
+
+def test_elkan_refuses_mismatched_separations():
+    X = np.zeros((5, 2))
+    C = np.eye(2)
+    half_sep, shift = center_geometry(C)
+    with pytest.raises(ValueError, match=r"separations must have shapes"):
+        elkan_partials(X, C, np.zeros(5), np.zeros(5), np.zeros((5, 2)), shift, half_sep,
+                       np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"must have shapes \(5,\), \(5,\) and \(5, 2\)"):
+        elkan_partials(X, C, np.zeros(5), np.zeros(5), np.zeros(5), shift, half_sep,
+                       center_separations(C))
