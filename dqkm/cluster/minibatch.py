@@ -17,8 +17,10 @@ from ..parallel.engine import compute, driver_blas
 from ..parallel.finite import check_sample
 from ..parallel.lloyd import assign, center_distances, min_sq_distances, sample_rows
 from ..parallel.stream import iter_blocks
-from ..progress import make_reporter
+from ..parallel.fingerprint import data_fingerprint
 from ._base import DqkmClusterer, check_param
+from ._checkpoint import identity_from_params
+from ._driver import IterativeAlgorithm, run_fit
 
 __all__ = ["MiniBatchKMeans"]
 
@@ -217,50 +219,43 @@ class MiniBatchKMeans(DqkmClusterer):
         return best
 
     # ---------------------------------------------------------------- fit
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
+            resume=False):
         """Compute the centers by mini-batch steps over X, streamed by blocks.
+
+        Runs through the fit driver (one iteration is one epoch): ``callback``,
+        ``checkpoint`` and ``resume`` behave as in :meth:`dqkm.KMeans.fit`
+        (a resumed fit draws the same batches as an uninterrupted one).
 
         Parameters
         ----------
         X : array-like, Dask or Zarr array of shape (n_samples, n_features)
         y : ignored
         sample_weight : array-like or Dask array of shape (n_samples,), optional
+        callback : callable, optional
+            ``callback(record, state)`` after every epoch.
+        checkpoint : str or PathLike, optional
+        resume : bool, default=False
 
         Returns
         -------
         self
         """
         Xd, lazy = self._validate_X(X, reset=True)
-        n, _ = Xd.shape
+        n = Xd.shape[0]
         n_init = self._check_params(n)
         w = self._weights(sample_weight, Xd)
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
-        centers = self._best_init(Xd, n_init, rng)
         tol_abs = 0.0
         if self.tol > 0:
             tol_abs = float(compute(Xd.astype(np.float64).var(axis=0).mean())[0]) * self.tol
-        state = _State(centers=centers, weight_sums=np.zeros(self.n_clusters))
-        n_steps = max(1, (self.max_iter * n) // self.batch_size)
-        reporter = make_reporter(self.verbose, name=type(self).__name__,
-                                 max_iter=self.max_iter)
-        self.history_ = []
-        try:
-            reporter.start_run(0, 1)
-            epoch = 0
-            while epoch < self.max_iter and state.steps < n_steps and not state.converged:
-                epoch += 1
-                rec = self._epoch(Xd, w, state, rng, n, n_steps, tol_abs)
-                rec["iteration"] = epoch
-                self.history_.append(rec)
-                reporter.update(rec, tol_abs if self.tol > 0 else None)
-            reporter.end_run(epoch, state.ewa if state.ewa is not None else np.nan,
-                             state.converged)
-        finally:
-            reporter.close()
+        algo = _MiniBatchAlgorithm(self, w, n, n_init, tol_abs)
+        fit = run_fit(algo, Xd, n_init=1, random_state=self.random_state, callback=callback,
+                      verbose=self.verbose, checkpoint=checkpoint, resume=resume, inputs=X)
+        state = fit.result.state
+        self.history_ = fit.result.history
         self.cluster_centers_ = state.centers.astype(Xd.dtype)
         self._counts = state.weight_sums
-        self._state, self._rng = state, rng  # partial_fit goes on from here
+        self._state, self._rng = state, algo.rng  # partial_fit goes on from here
         self.n_steps_ = state.steps
         self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
         if self.compute_labels:
@@ -430,8 +425,67 @@ class MiniBatchKMeans(DqkmClusterer):
         return self.n_clusters
 
 
+class _MiniBatchAlgorithm(IterativeAlgorithm):
+    """Mini-batch K-means for the fit driver: one step is one epoch over X's
+    blocks (in an order drawn from the fit's generator); the state is the
+    centers, their weights and the early-stopping counters."""
+
+    def __init__(self, estimator, weights, n_samples, n_init, tol_abs):
+        self.est, self.weights, self.n, self.n_init = estimator, weights, n_samples, n_init
+        self.name = type(estimator).__name__
+        self.max_iter, self.tol, self._tol_abs = estimator.max_iter, estimator.tol, tol_abs
+        self.n_steps = max(1, (estimator.max_iter * n_samples) // estimator.batch_size)
+        self.rng = None
+
+    def identity(self, X):
+        w = self.weights[:, None]
+        return identity_from_params(self.est, X, fingerprint=data_fingerprint(X),
+                                    sample_weight=data_fingerprint(w))
+
+    def init_state(self, X, rng):
+        return _State(centers=self.est._best_init(X, self.n_init, rng),
+                      weight_sums=np.zeros(self.est.n_clusters))
+
+    def begin_run(self, rng):
+        self.rng = rng
+
+    def step(self, X, state, iteration, tol_abs):
+        rec = self.est._epoch(X, self.weights, state, self.rng, self.n, self.n_steps,
+                              self._tol_abs)
+        rec["iteration"] = iteration
+        return state, rec, self._tol_abs
+
+    def converged(self, record, tol_abs):
+        return bool(record["converged"]) or record["steps"] >= self.n_steps
+
+    def initial_tol_abs(self):
+        return self._tol_abs
+
+    def pack(self, state):
+        return {"centers": state.centers, "weight_sums": state.weight_sums}
+
+    def pack_meta(self, state):
+        return {k: getattr(state, k) for k in _State.COUNTERS}
+
+    def unpack(self, arrays):
+        return _State(np.asarray(arrays["centers"], dtype=np.float64),
+                      np.asarray(arrays["weight_sums"], dtype=np.float64))
+
+    def load_extra(self, state, directory, meta):
+        for k in _State.COUNTERS:
+            if k in meta:
+                setattr(state, k, meta[k])
+        return state
+
+    def finalize(self, X, result):
+        ewa = result.state.ewa
+        return float(ewa) if ewa is not None else float("nan")
+
+
 class _State:
     """The driver-side state of a mini-batch fit."""
+
+    COUNTERS = ("steps", "since_reassign", "ewa", "ewa_min", "no_improvement", "converged")
 
     def __init__(self, centers, weight_sums):
         self.centers, self.weight_sums = centers, weight_sums

@@ -160,3 +160,29 @@ def test_fit_on_a_local_cluster(dist_client):
         da.from_array(X, chunks=1000))
     ref = SKKMeans(4, n_init=3, random_state=0).fit(X).inertia_
     assert km.inertia_ <= 1.02 * ref
+
+
+def test_checkpoint_resume_equals_uninterrupted(tmp_path, digits):
+    """Through the fit driver: an epoch interrupted by the callback resumes from the
+    checkpoint with the same batches (the generator is checkpointed too)."""
+    params = dict(batch_size=100, max_iter=4, max_no_improvement=None, random_state=0)
+    full = dqkm.MiniBatchKMeans(8, **params).fit(digits)
+
+    def stop_after_two(record, state):
+        if record["iteration"] == 2:
+            raise KeyboardInterrupt
+
+    ck = tmp_path / "ck"
+    with pytest.raises(KeyboardInterrupt):
+        dqkm.MiniBatchKMeans(8, **params).fit(digits, checkpoint=ck, callback=stop_after_two)
+    resumed = dqkm.MiniBatchKMeans(8, **params).fit(digits, checkpoint=ck, resume=True)
+    np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
+    assert resumed.n_steps_ == full.n_steps_
+    assert [h["iteration"] for h in resumed.history_] == [1, 2, 3, 4]
+
+
+def test_verbose_prints_one_line_per_epoch(digits, capsys):
+    dqkm.MiniBatchKMeans(4, batch_size=200, max_iter=3, max_no_improvement=None,
+                         random_state=0, verbose=1).fit(digits)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "iteration " in ln and "/3" in ln]
+    assert len(lines) == 3 and "objective" in lines[0] and "shift" in lines[0]
