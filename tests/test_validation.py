@@ -108,7 +108,7 @@ def test_several_constraints_and_none():
     assert describe([Predicate(lambda v: True, "anything at all")]) == "anything at all"
 
 
-def test_one_error_class_for_type_and_value():
+def test_one_error_class_for_type_and_value(tmp_path):
     """A wrong type and a wrong value are one error: a ValueError, a TypeError and a
     DqkmError at once (a string count is the same error everywhere)."""
     assert issubclass(InvalidParameterError, (ValueError, TypeError, DqkmError))
@@ -123,6 +123,9 @@ def test_one_error_class_for_type_and_value():
         Splin((3, 5), "2")
     with pytest.raises(InvalidParameterError, match="'n_samples' parameter of make_sparse_blobs"):
         dqkm.sparse.make_sparse_blobs("3", 10)
+    with pytest.raises(InvalidParameterError, match="dqkm.save saves dqkm estimators; got list"):
+        dqkm.io.save([1, 2], tmp_path / "m.npz")
+    assert not (tmp_path / "m.npz").exists()
 
 
 # -------------------------------------------------------------------- validate_params
