@@ -19,12 +19,9 @@ ESTIMATORS = [
                  hierarchical_refits=0, random_state=0),
     dqkm.KMeansL1(3, radius=5.0, max_iter=5, random_state=0),
     dqkm.SparseEmbeddedKMeans(3, n_components=3, kmeans={"max_iter": 5}, random_state=0),
+    dqkm.KMultipleMeans(2, n_neighbors=3, max_iter=3, max_inner_iter=5, random_state=0),
     FactorNystroem("uniform", n_components=5, random_state=0),
     ClusterIndex(dqkm.KMeans(3, random_state=0)),
-]
-# Its first fits compile its numba kernels for each dtype and memory layout the checks use.
-SLOW_ESTIMATORS = [
-    dqkm.KMultipleMeans(2, n_neighbors=3, max_iter=3, max_inner_iter=5, random_state=0),
 ]
 
 _N_CLUSTERS_1 = ("K-Multiple-Means needs n_clusters >= 2; the check sets n_clusters=1, which "
@@ -55,15 +52,8 @@ def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
 
-@pytest.mark.slow
-@parametrize_with_checks(SLOW_ESTIMATORS, expected_failed_checks=_expected_failed_checks)
-def test_sklearn_compatible_estimator_slow(estimator, check):
-    check(estimator)
-
-
 # ---------------------------------------------------------------- parameter tables
-@pytest.mark.parametrize("estimator", ESTIMATORS + SLOW_ESTIMATORS,
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda e: type(e).__name__)
 def test_every_parameter_is_declared(estimator):
     """The table names every constructor parameter (``verbose`` may be declared
     ahead of the constructor), each with at least one constraint, and the
