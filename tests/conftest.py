@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(config, items):
         # the session's cluster is started once: its users are distributed, not slow
         known = {**here, **_module_facts(str(item.path)),
                  **{name: {"cluster"} for name in _CLUSTER_FIXTURES}}
-        names = {getattr(item, "originalname", item.name), *item.fixturenames}
+        names = {getattr(item, "originalname", item.name), *getattr(item, "fixturenames", ())}
         facts = set().union(*(known.get(n, set()) for n in names))
         if "cluster" in facts and "distributed" not in item.keywords:
             item.add_marker(pytest.mark.distributed)
