@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench docs docs-check clean-venv
+.PHONY: demo test test-fast bench docs docs-check clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ demo: $(VENV)/.installed-demo
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
+
+# The quick part: no test that starts a cluster, none over ~10 s (markers in tests/conftest.py).
+test-fast: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m "not slow and not distributed"
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/bench_kmeans.py

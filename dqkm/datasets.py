@@ -12,6 +12,7 @@ import numbers
 import dask.array as da
 import numpy as np
 
+from ._validation import Interval, InvalidParameterError
 from .kernels.tiles import row_tiles
 from .parallel.data import auto_row_chunks
 from .sparse import make_sparse_blobs
@@ -21,18 +22,19 @@ __all__ = ["make_blobs", "make_sparse_blobs", "make_moons", "make_circles", "loa
 
 
 def _check_positive_int(name, value, low=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        raise ValueError(f"The {name!r} parameter must be an int >= {low}. Got {value!r} instead.")
+    if not Interval(numbers.Integral, low, None, closed="left").is_satisfied_by(value):
+        raise InvalidParameterError(f"The {name!r} parameter must be an int >= {low}. Got "
+                                    f"{value!r} instead.")
     return int(value)
 
 
 def _root_entropy(random_state):
     if random_state is None:
         return np.random.SeedSequence().entropy
-    if isinstance(random_state, numbers.Integral) and random_state >= 0:
+    if Interval(numbers.Integral, 0, None, closed="left").is_satisfied_by(random_state):
         return int(random_state)
-    raise ValueError(f"The 'random_state' parameter must be a non-negative int or None. "
-                     f"Got {random_state!r} instead.")
+    raise InvalidParameterError(f"The 'random_state' parameter must be a non-negative int or "
+                                f"None. Got {random_state!r} instead.")
 
 
 def _row_chunks(n, chunks, n_features, itemsize):
@@ -43,7 +45,8 @@ def _row_chunks(n, chunks, n_features, itemsize):
         return tuple([c] * (n // c) + ([n % c] if n % c else []))
     chunks = tuple(int(c) for c in chunks)
     if sum(chunks) != n:
-        raise ValueError(f"The 'chunks' parameter must sum to n_samples={n}. Got {chunks}.")
+        raise InvalidParameterError(f"The 'chunks' parameter must sum to n_samples={n}. Got "
+                                    f"{chunks}.")
     return chunks
 
 
@@ -119,8 +122,9 @@ def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,
         centers = crng.uniform(center_box[0], center_box[1], size=(k, n_features))
     centers = np.asarray(centers, dtype=np.float64)
     if centers.ndim != 2 or centers.shape[1] != n_features:
-        raise ValueError(f"The 'centers' parameter must be an int or an array of shape "
-                         f"(n_centers, {n_features}). Got shape {centers.shape}.")
+        raise InvalidParameterError(f"The 'centers' parameter must be an int or an array of "
+                                    f"shape (n_centers, {n_features}). Got shape "
+                                    f"{centers.shape}.")
     std = np.broadcast_to(np.asarray(cluster_std, dtype=np.float64), (centers.shape[0],)).copy()
     dtype = np.dtype(dtype)
     sizes = _row_chunks(n_samples, chunks, n_features, dtype.itemsize)

@@ -12,11 +12,20 @@ This module imports nothing from dqkm, so every layer may use it.
 
 from __future__ import annotations
 
-__all__ = ["DqkmError", "DataError", "StoreError", "CheckpointError", "ModelFileError"]
+__all__ = ["DqkmError", "InvalidParameterError", "DataError", "StoreError", "CheckpointError",
+           "ModelFileError"]
 
 
 class DqkmError(Exception):
     """Base class of the errors dqkm raises for user input, files and paths."""
+
+
+class InvalidParameterError(DqkmError, ValueError, TypeError):
+    """A parameter of an estimator or function has the wrong type or value.
+
+    Both a ``ValueError`` and a ``TypeError`` (as scikit-learn's
+    ``InvalidParameterError``), so a wrong type and a wrong value are one
+    error wherever they are made (see :mod:`dqkm._validation`)."""
 
 
 class DataError(DqkmError, ValueError):

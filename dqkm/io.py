@@ -24,7 +24,7 @@ import zarr
 
 from ._atomic import AtomicTarget as _AtomicTarget
 from ._json import json_default
-from .exceptions import DqkmError, ModelFileError
+from .exceptions import DqkmError, InvalidParameterError, ModelFileError
 from .zarr_chunk_reader import from_zarr
 from .parallel.data import to_dask
 from .parallel.engine import compute_settled
@@ -146,8 +146,8 @@ def load_array(path, component=None, *, chunks=None, storage_options=None) -> da
     path = _local(path)
     if is_csr_store(path, storage_options):
         if chunks is not None:
-            raise ValueError("chunks cannot be changed when loading a CSR group; rechunk the "
-                             "returned Dask array instead.")
+            raise InvalidParameterError("chunks cannot be changed when loading a CSR group; "
+                                        "rechunk the returned Dask array instead.")
         return load_csr(path, storage_options=storage_options)
     return _from_zarr(open_store(path, component, storage_options=storage_options), chunks)
 
@@ -571,7 +571,8 @@ def save(model, path, *, overwrite=False):
     >>> shutil.rmtree(tmp)
     """
     if not _is_model(model):
-        raise TypeError(f"dqkm.save saves dqkm estimators; got {type(model).__name__}.")
+        raise InvalidParameterError(f"dqkm.save saves dqkm estimators; got "
+                                    f"{type(model).__name__}.")
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)

@@ -26,7 +26,8 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .cluster._base import check_param, validate_input
+from ._validation import Interval, Options, Predicate, validate_params
+from .cluster._base import validate_input
 from .exceptions import DataError
 from .kernels.hadamard import HadamardLandmarks, next_pow2
 from .parallel.engine import compute
@@ -70,6 +71,12 @@ def landmark_operator(estimator):
 
 def _is_operator(obj) -> bool:
     return all(hasattr(obj, a) for a in ("apply_rows", "row_norms_sq", "toarray", "shape"))
+
+
+def _is_landmarks(obj) -> bool:
+    """A clusterer (fitted or not: fit says which), an operator or an array."""
+    return (hasattr(obj, "fit") or _is_operator(obj) or hasattr(obj, "__array__")
+            or isinstance(obj, (list, tuple)))
 
 
 def _inverse_sqrt_psd(W):
@@ -158,6 +165,18 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     (200, 20)
     """
 
+    _parameter_constraints = {
+        "landmarks": [Options(str, {"uniform", "hadamard"}),
+                      Predicate(lambda v: _is_landmarks(v),
+                                "a fitted clusterer, an operator with apply_rows or an array "
+                                "of shape (n_components, n_features)")],
+        "kernel": [Options(str, _KERNELS)],
+        "gamma": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "seeds": [Options(str, _SEEDS)],
+        "random_state": ["random_state"],
+    }
+
     def __init__(self, landmarks="uniform", *, kernel="rbf", gamma=None, n_components=None,
                  seeds="uniform", random_state=None):
         self.landmarks = landmarks
@@ -172,19 +191,8 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return validate_input(self, X, reset=reset)
 
     def _check_params(self, n_features):
-        owner = type(self).__name__
-        check_param("kernel", self.kernel, owner, kind=None, options=_KERNELS)
-        check_param("seeds", self.seeds, owner, kind=None, options=_SEEDS)
-        g = self.gamma
-        if g is not None:
-            if not isinstance(g, numbers.Real) or isinstance(g, bool):
-                raise TypeError(f"The 'gamma' parameter of {owner} must be a float in the range "
-                                f"(0, inf) or None. Got {g!r} instead.")
-            if not (np.isfinite(g) and g > 0):
-                raise ValueError(f"The 'gamma' parameter of {owner} must be a float in the "
-                                 f"range (0, inf) or None. Got {g!r} instead.")
-        check_param("n_components", self.n_components, owner, low=1, allow_none=True)
-        self.gamma_ = 1.0 / n_features if g is None else float(g)
+        """After :func:`validate_params`: γ of the fit (None: 1 / n_features)."""
+        self.gamma_ = 1.0 / n_features if self.gamma is None else float(self.gamma)
 
     def _resolve_landmarks(self, Xd, rng):
         """The landmark operator for ``self.landmarks``."""
@@ -192,7 +200,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         lm = self.landmarks
         D = Xd.shape[1]
         if isinstance(lm, str):
-            check_param("landmarks", lm, owner, kind=None, options={"uniform", "hadamard"})
             K = _DEFAULT_N_COMPONENTS if self.n_components is None else self.n_components
             if lm == "uniform":
                 K = min(K, Xd.shape[0])
@@ -229,7 +236,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             op = landmark_operator(lm)
         elif _is_operator(lm):
             op = lm
-        elif hasattr(lm, "__array__") or isinstance(lm, (list, tuple)):
+        else:  # an array (validate_params let nothing else through)
             op = np.asarray(lm, dtype=Xd.dtype)
             if op.ndim != 2:
                 raise ValueError(f"The 'landmarks' array of {owner} must be 2-D (n_components, "
@@ -237,10 +244,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             if not np.isfinite(op).all():
                 raise DataError(f"The 'landmarks' array of {owner} contains NaN or infinity; "
                                 "landmarks must be finite: drop or replace those rows.")
-        else:
-            raise TypeError(f"The 'landmarks' parameter of {owner} must be 'uniform', "
-                            "'hadamard', a fitted clusterer, an operator with apply_rows or an "
-                            f"array of shape (n_components, n_features). Got {lm!r} instead.")
         K, d = op.shape
         if d != D:
             raise ValueError(f"X has {D} features, but the landmarks of {owner} have {d}.")
@@ -266,6 +269,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         -------
         self
         """
+        validate_params(self)
         Xd, _ = self._validate(X, reset=True)
         self._check_params(Xd.shape[1])
         rs = check_random_state(self.random_state)

@@ -18,7 +18,9 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from .cluster._base import check_param, is_lazy, validate_input
+from ._validation import (Interval, InvalidParameterError, Predicate, check_value,
+                          validate_params)
+from .cluster._base import is_lazy, validate_input
 from .parallel.engine import broadcast, compute, driver_memory_bytes
 from .parallel.finite import checked_rows
 from .parallel.data import to_dask
@@ -93,6 +95,15 @@ class ClusterIndex(BaseEstimator):
     1
     """
 
+    _parameter_constraints = {
+        "clusterer": [Predicate(lambda c: hasattr(c, "fit") and hasattr(c, "predict"),
+                                "a clustering estimator with fit and predict (e.g. dqkm.KMeans)")],
+        # n_probe <= n_clusters: checked by fit and by every query (_check_n_probe)
+        "n_probe": [Interval(numbers.Integral, 1, None, closed="left")],
+        "store": [str, os.PathLike, None],
+        "overwrite": ["boolean"],
+    }
+
     def __init__(self, clusterer, *, n_probe=1, store=None, overwrite=False):
         self.clusterer = clusterer
         self.n_probe = n_probe
@@ -102,13 +113,6 @@ class ClusterIndex(BaseEstimator):
     # ----------------------------------------------------------------- helpers
     def _validate(self, X, *, reset, row_chunks=None):
         return validate_input(self, X, reset=reset, row_chunks=row_chunks)
-
-    def _check_clusterer(self):
-        c = self.clusterer
-        if not (hasattr(c, "fit") and hasattr(c, "predict")):
-            raise TypeError(f"The 'clusterer' parameter of {type(self).__name__} must be a "
-                            f"clustering estimator with fit and predict (e.g. dqkm.KMeans). "
-                            f"Got {c!r} instead.")
 
     def __sklearn_clone__(self):
         """Clone the parameters but keep a fitted clusterer as is (read only), so that a
@@ -138,8 +142,7 @@ class ClusterIndex(BaseEstimator):
         one shuffle that writes the rows in cluster order.
         """
         owner = type(self).__name__
-        self._check_clusterer()
-        check_param("n_probe", self.n_probe, owner, low=1)  # before the fit's passes
+        validate_params(self)  # before the fit's passes
         if self.store is not None:
             from .io import check_writable
 
@@ -203,11 +206,12 @@ class ClusterIndex(BaseEstimator):
     def _check_n_probe(self, n_clusters):
         """``n_probe`` in [1, n_clusters]: checked by fit and again by every query (it
         may be changed after fit with ``set_params``, no refit needed)."""
-        owner = type(self).__name__
-        check_param("n_probe", self.n_probe, owner, low=1)
+        check_value("n_probe", self.n_probe,
+                    [Interval(numbers.Integral, 1, None, closed="left")], type(self).__name__)
         if self.n_probe > n_clusters:
-            raise ValueError(f"The 'n_probe' parameter of {owner} must be an int in the range "
-                             f"[1, n_clusters={n_clusters}]. Got {self.n_probe} instead.")
+            raise InvalidParameterError(
+                f"The 'n_probe' parameter of {type(self).__name__} must be an int in the range "
+                f"[1, n_clusters={n_clusters}]. Got {self.n_probe} instead.")
 
     @staticmethod
     def _assign(clusterer, Qd, n_probe=1):
@@ -275,13 +279,13 @@ class ClusterIndex(BaseEstimator):
     def _check_n_neighbors(self, n_neighbors, *, query_is_train):
         owner = type(self).__name__
         hi = self.n_samples_fit_ - 1 if query_is_train else self.n_samples_fit_
-        if not isinstance(n_neighbors, numbers.Integral) or isinstance(n_neighbors, bool):
-            raise TypeError(f"The 'n_neighbors' parameter of {owner}.kneighbors must be an "
-                            f"int in the range [1, {hi}]. Got {n_neighbors!r} instead.")
+        if not Interval(numbers.Integral, None, None).is_satisfied_by(n_neighbors):
+            check_value("n_neighbors", n_neighbors, [Interval(numbers.Integral, 1, hi)],
+                        f"{owner}.kneighbors")
         if n_neighbors < 1 or n_neighbors > hi:
             what = ("n_samples_fit - 1 (X=None: a row is not its own neighbour)"
                     if query_is_train else "n_samples_fit")
-            raise ValueError(f"Expected n_neighbors <= {what}, but n_neighbors = "
+            raise InvalidParameterError(f"Expected n_neighbors <= {what}, but n_neighbors = "
                              f"{n_neighbors}, n_samples_fit = {self.n_samples_fit_}: the "
                              f"'n_neighbors' parameter of {owner}.kneighbors must be in the "
                              f"range [1, {hi}].")
@@ -336,9 +340,9 @@ class ClusterIndex(BaseEstimator):
         import scipy.sparse as sp
 
         if mode not in ("connectivity", "distance"):
-            raise ValueError(f"The 'mode' parameter of {type(self).__name__}.kneighbors_graph "
-                             f"must be a str among {{'connectivity', 'distance'}}. Got "
-                             f"{mode!r} instead.")
+            raise InvalidParameterError(
+                f"The 'mode' parameter of {type(self).__name__}.kneighbors_graph must be a "
+                f"str among {{'connectivity', 'distance'}}. Got {mode!r} instead.")
         dist, ind = self.kneighbors(X, n_neighbors, return_distance=True)
         if isinstance(ind, da.Array):
             dist, ind = compute(dist, ind)

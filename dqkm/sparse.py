@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from ._validation import Interval, InvalidParameterError, check_value
 from .exceptions import StoreError
 from .kernels.lloyd_sparse import as_csr
 from .parallel.engine import compute_settled
@@ -270,18 +271,15 @@ def load_csr(path, *, storage_options=None) -> da.Array:
 
 # ----------------------------------------------------------------------------- generator
 def _check_int(name, value, low):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        raise ValueError(f"The {name!r} parameter of make_sparse_blobs must be an int in the "
-                         f"range [{low}, inf). Got {value!r} instead.")
+    check_value(name, value, [Interval(numbers.Integral, low, None, closed="left")],
+                "make_sparse_blobs")
     return int(value)
 
 
 def _check_real(name, value, low, high, low_open=False):
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
-    if not ok or value > high or value < low or (low_open and value == low):
-        lb = "(" if low_open else "["
-        raise ValueError(f"The {name!r} parameter of make_sparse_blobs must be a float in the "
-                         f"range {lb}{low}, {high}]. Got {value!r} instead.")
+    check_value(name, value, [Interval(numbers.Real, low, high,
+                                       closed="right" if low_open else "both")],
+                "make_sparse_blobs")
     return float(value)
 
 
@@ -379,13 +377,14 @@ def make_sparse_blobs(n_samples=100_000, n_features=10_000, density=0.001, cente
         vocabulary_size = int(min(n_features, max(50, 10 * nnz_per_row)))
     vocabulary_size = _check_int("vocabulary_size", vocabulary_size, 1)
     if vocabulary_size > n_features:
-        raise ValueError(f"The 'vocabulary_size' parameter of make_sparse_blobs must be an int "
-                         f"in the range [1, n_features={n_features}]. Got {vocabulary_size} "
-                         "instead.")
+        raise InvalidParameterError(
+            f"The 'vocabulary_size' parameter of make_sparse_blobs must be an int in the range "
+            f"[1, n_features={n_features}]. Got {vocabulary_size} instead.")
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
-        raise ValueError(f"The 'dtype' parameter of make_sparse_blobs must be float32 or "
-                         f"float64. Got {dtype} instead.")
+        raise InvalidParameterError(
+            f"The 'dtype' parameter of make_sparse_blobs must be float32 or float64. Got "
+            f"{dtype} instead.")
     entropy = _root_entropy(random_state)
     vrng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(2**32,)))
     vocab = np.stack([vrng.choice(n_features, size=vocabulary_size, replace=False)

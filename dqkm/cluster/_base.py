@@ -3,17 +3,16 @@ NumPy-in/NumPy-out convention, and the state used by ``dqkm.save``/``dqkm.load``
 
 from __future__ import annotations
 
-import numbers
-
 import dask.array as da
 import numpy as np
-from sklearn.base import BaseEstimator, ClusterMixin, TransformerMixin
+from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
+                          TransformerMixin)
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ..parallel.data import to_dask
 
-__all__ = ["DqkmClusterer", "check_n_features", "check_param", "is_lazy", "validate_input"]
+__all__ = ["DqkmClusterer", "check_n_features", "is_lazy", "validate_input"]
 
 # Format version of saved models (dqkm.save / dqkm.load).
 MODEL_FORMAT_VERSION = 1
@@ -22,40 +21,6 @@ MODEL_FORMAT_VERSION = 1
 def is_lazy(X) -> bool:
     """True for inputs that stay out of core: Dask arrays and Zarr arrays."""
     return isinstance(X, da.Array) or type(X).__module__.startswith("zarr")
-
-
-def check_param(name, value, owner, *, kind="int", low=None, high=None, options=None,
-                allow_none=False):
-    """Validate one constructor parameter with sklearn's wording.
-
-    e.g. "The 'n_clusters' parameter of KMeans must be an int in the range
-    [1, inf). Got 0 instead."
-    """
-    if value is None and allow_none:
-        return value
-    if options is not None:
-        if isinstance(value, str) and value in options:
-            return value
-        if kind is None:
-            raise ValueError(f"The {name!r} parameter of {owner} must be one of "
-                             f"{sorted(options)}. Got {value!r} instead.")
-    if kind == "int":
-        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-        what = "an int"
-    elif kind == "real":
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
-        what = "a float"
-    else:
-        ok, what = False, "a valid value"
-    lo = "-inf" if low is None else low
-    hi = "inf" if high is None else high
-    rng = f" in the range [{lo}, {hi}{']' if high is not None else ')'}"
-    opts = f" or one of {sorted(options)}" if options else ""
-    if not ok or (low is not None and value < low) or (high is not None and value > high):
-        err = TypeError if not ok and not isinstance(value, (numbers.Number, str)) else ValueError
-        raise err(f"The {name!r} parameter of {owner} must be {what}{rng}{opts}. "
-                  f"Got {value!r} instead.")
-    return value
 
 
 def check_n_features(estimator, n_features, *, reset):
@@ -108,8 +73,17 @@ def validate_input(estimator, X, *, reset: bool, row_chunks=None):
     return Xd, True
 
 
-class DqkmClusterer(ClusterMixin, TransformerMixin, BaseEstimator):
-    """Base class: validation of X and the lazy/eager output convention."""
+class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin,
+                    BaseEstimator):
+    """Base class: validation of X and the lazy/eager output convention.
+
+    ``get_feature_names_out()`` names the columns of ``transform``
+    (``kmeans0``, ``kmeans1``, …: the class name in lower case and the column
+    index), so ``set_output(transform="pandas")`` gives a DataFrame with those
+    columns — computed into memory, also for Dask input.  The parameter table
+    of a subclass is its ``_parameter_constraints`` (see
+    :mod:`dqkm._validation`), checked at the start of ``fit``.
+    """
 
     # ------------------------------------------------------------- validation
     def _validate_X(self, X, *, reset: bool):

@@ -32,7 +32,7 @@ from sklearn.utils import check_random_state
 
 from ..parallel.engine import SchedulerLostError
 from ..progress import make_reporter
-from ._base import check_param
+from .._validation import VERBOSE, check_value
 from ._checkpoint import Checkpoint, checkpointing, scheduler_lost
 
 logger = logging.getLogger(__name__)
@@ -362,7 +362,7 @@ def run_fit(algorithm: IterativeAlgorithm, X, *, n_init=1, random_state=None, ca
     -------
     FitResult
     """
-    check_param("verbose", verbose, algorithm.name, low=0)
+    check_value("verbose", verbose, VERBOSE, algorithm.name)
     rs = check_random_state(random_state)
     rng = np.random.default_rng(rs.randint(2**31 - 1))
     reporter = make_reporter(verbose, name=algorithm.name, max_iter=algorithm.max_iter,

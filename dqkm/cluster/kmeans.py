@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.engine import driver_blas, maybe_persist
+from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
+                           validate_params)
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample
 from ..parallel.lloyd import (assign, center_distances, inertia, kmeans_parallel_init,
                               lloyd_step, min_sq_distances, sample_rows)
-from ._base import DqkmClusterer, check_param
+from ._base import DqkmClusterer
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
 
@@ -131,6 +134,20 @@ class KMeans(DqkmClusterer):
     [0.5, 10.5]
     """
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [Options(str, _INIT_OPTIONS), "array-like"],
+        "n_init": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "persist": PERSIST,
+        "split_every": SPLIT_EVERY,
+        "oversampling_factor": [Interval(Real, 0, None, closed="left")],
+        "init_max_iter": [Interval(Integral, 1, None, closed="left"), None],
+        "verbose": VERBOSE,
+    }
+
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, persist="auto", split_every=None,
                  oversampling_factor=2.0, init_max_iter=None, verbose=0):
@@ -148,31 +165,13 @@ class KMeans(DqkmClusterer):
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples):
-        owner = type(self).__name__
-        check_param("n_clusters", self.n_clusters, owner, low=1)
-        if self.n_clusters > n_samples:
-            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
-        check_param("max_iter", self.max_iter, owner, low=1)
-        check_param("tol", self.tol, owner, kind="real", low=0)
-        check_param("split_every", self.split_every, owner, low=2, allow_none=True)
-        check_param("oversampling_factor", self.oversampling_factor, owner, kind="real", low=0)
-        check_param("init_max_iter", self.init_max_iter, owner, low=1, allow_none=True)
-        if self.persist not in ("auto", True, False):
-            raise ValueError(f"The 'persist' parameter of {owner} must be 'auto', True or "
-                             f"False. Got {self.persist!r} instead.")
-        if isinstance(self.init, str):
-            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
-        elif not hasattr(self.init, "__array__") and not isinstance(self.init, (list, tuple)):
-            raise TypeError(f"The 'init' parameter of {owner} must be one of "
-                            f"{sorted(_INIT_OPTIONS)} or an array of shape (n_clusters, "
-                            f"n_features). Got {self.init!r} instead.")
+        """The data-dependent checks (after :func:`validate_params`); the number of runs."""
+        check_n_samples(n_samples, self.n_clusters)
         if self.n_init == "auto":
-            n_init = 10 if isinstance(self.init, str) and self.init == "random" else 1
-        else:
-            n_init = check_param("n_init", self.n_init, owner, low=1, options={"auto"})
-        if not isinstance(self.init, str) and n_init != 1:
-            n_init = 1  # scikit-learn warns and runs once with an explicit init
-        return n_init
+            return 10 if isinstance(self.init, str) and self.init == "random" else 1
+        if not isinstance(self.init, str):
+            return 1  # scikit-learn warns and runs once with an explicit init
+        return self.n_init
 
     # ---------------------------------------------------------------- fitting
     def _initial_centers(self, X, rng):
@@ -243,6 +242,7 @@ class KMeans(DqkmClusterer):
         algorithm the driver runs in place of this estimator's own (an
         estimator running K-means on data of its own names itself there).
         """
+        validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         n_init = self._check_params(Xd.shape[0])
         self._check_extra_params(Xd.shape[1])

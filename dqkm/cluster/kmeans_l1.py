@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 
 from ..kernels.l1 import project_rows_l1_ball
 from ..parallel.lloyd import lloyd_step
-from ._base import check_param
+from .._validation import Interval
 from .kmeans import KMeans, LloydAlgorithm
 
 __all__ = ["KMeansL1"]
@@ -62,6 +64,12 @@ class KMeansL1(KMeans):
     True
     """
 
+    _parameter_constraints = {
+        **KMeans._parameter_constraints,
+        "radius": [Interval(Real, 0, None, closed="neither")],
+        "tol_l1": [Interval(Real, 0, None, closed="left")],
+    }
+
     def __init__(self, n_clusters=8, *, radius=1.0, tol_l1=1e-3, init="k-means++",
                  n_init="auto", max_iter=300, tol=1e-4, random_state=None, persist="auto",
                  split_every=None, oversampling_factor=2.0, init_max_iter=None, verbose=0):
@@ -71,14 +79,6 @@ class KMeansL1(KMeans):
                          verbose=verbose)
         self.radius = radius
         self.tol_l1 = tol_l1
-
-    def _check_extra_params(self, n_features):
-        owner = type(self).__name__
-        check_param("radius", self.radius, owner, kind="real", low=0)
-        if self.radius <= 0:
-            raise ValueError(f"The 'radius' parameter of {owner} must be a float in the range "
-                             f"(0, inf). Got {self.radius!r} instead.")
-        check_param("tol_l1", self.tol_l1, owner, kind="real", low=0)
 
     def _project(self, C):
         return project_rows_l1_ball(C, self.radius, self.tol_l1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils import check_array, check_random_state
@@ -18,7 +19,9 @@ from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
                             prototype_distances, read_rows, write_rows)
 from ..parallel.lloyd import sample_rows
-from ._base import DqkmClusterer, check_param
+from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, InvalidParameterError,
+                           Options, check_value, validate_params)
+from ._base import DqkmClusterer
 from ..parallel.fingerprint import data_fingerprint
 from ._checkpoint import (CheckpointMismatchError, checkpointing, identity_from_params,
                           scheduler_lost)
@@ -140,6 +143,25 @@ class KMultipleMeans(DqkmClusterer):
     [0, 1]
     """
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 2, None, closed="left")],
+        # n_clusters < n_prototypes <= n_samples and n_neighbors < m: checked by fit
+        "n_prototypes": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left"),
+                         None],
+        "n_neighbors": [Interval(Integral, 1, None, closed="left")],
+        "init": [Options(str, _INIT_OPTIONS), "array-like"],
+        "detect_outliers": ["boolean"],
+        "solver": [Options(str, _SOLVERS)],
+        "svd_algorithm": [Options(str, set(SVD_ALGORITHMS))],
+        "svd_rank": [Interval(Integral, 1, None, closed="left"), None],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "max_inner_iter": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "persist": PERSIST,
+        "split_every": SPLIT_EVERY,
+        "verbose": VERBOSE,
+    }
+
     def __init__(self, n_clusters=2, *, n_prototypes=None, n_neighbors=5, init="random",
                  detect_outliers=False, solver="fast", svd_algorithm="auto", svd_rank=None,
                  max_iter=30, max_inner_iter=30, random_state=None, persist="auto",
@@ -161,58 +183,34 @@ class KMultipleMeans(DqkmClusterer):
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples, n_features):
+        """The data-dependent checks (after :func:`validate_params`): the number of
+        prototypes m (or 'auto') and the rank d′ of the lower bound."""
         owner = type(self).__name__
-        check_param("n_clusters", self.n_clusters, owner, low=2)
         c = self.n_clusters
-        if isinstance(self.init, str):
-            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
-            init_m = None
-        elif hasattr(self.init, "__array__") or isinstance(self.init, (list, tuple)):
-            init_m = int(np.asarray(self.init).shape[0])
-        else:
-            raise TypeError(f"The 'init' parameter of {owner} must be one of "
-                            f"{sorted(_INIT_OPTIONS)} or an array of shape (n_prototypes, "
-                            f"n_features). Got {self.init!r} instead.")
+        init_m = None if isinstance(self.init, str) else int(np.asarray(self.init).shape[0])
         if self.n_prototypes is None:
             m = init_m if init_m is not None else int(math.isqrt(n_samples * c))
-        elif isinstance(self.n_prototypes, str):
-            check_param("n_prototypes", self.n_prototypes, owner, kind=None, options={"auto"})
+        elif isinstance(self.n_prototypes, str):  # 'auto'
             if init_m is not None:
-                raise ValueError(f"The 'n_prototypes' parameter of {owner} cannot be 'auto' "
-                                 "with an init array (which fixes the number of prototypes).")
+                raise InvalidParameterError(
+                    f"The 'n_prototypes' parameter of {owner} cannot be 'auto' with an init "
+                    "array (which fixes the number of prototypes): pass n_prototypes=None.")
             m = "auto"
         else:
-            check_param("n_prototypes", self.n_prototypes, owner, low=c + 1, high=n_samples,
-                        options={"auto"})
-            m = self.n_prototypes
+            m = check_value("n_prototypes", self.n_prototypes,
+                            [Interval(Integral, c + 1, n_samples)], owner)
             if init_m is not None and init_m != m:
-                raise ValueError(f"The 'init' array of {owner} has {init_m} rows but "
-                                 f"n_prototypes={m}.")
+                raise InvalidParameterError(
+                    f"The 'init' array of {owner} has {init_m} rows but n_prototypes={m}: "
+                    "pass n_prototypes=None or an init array of n_prototypes rows.")
         if m != "auto" and not c < m <= n_samples:
-            raise ValueError(f"The number of prototypes of {owner} must be in the range "
-                             f"[n_clusters + 1, n_samples] = [{c + 1}, {n_samples}]. Got {m} "
-                             "instead (n_prototypes=None uses floor(sqrt(n_samples * "
-                             "n_clusters))).")
-        if m == "auto":
-            check_param("n_neighbors", self.n_neighbors, owner, low=1)
-        else:
-            check_param("n_neighbors", self.n_neighbors, owner, low=1, high=m - 1)
-        if self.solver not in _SOLVERS:
-            raise ValueError(f"The 'solver' parameter of {owner} must be one of "
-                             f"{sorted(_SOLVERS)}. Got {self.solver!r} instead.")
-        if not isinstance(self.svd_algorithm, str) or self.svd_algorithm not in SVD_ALGORITHMS:
-            raise ValueError(f"The 'svd_algorithm' parameter of {owner} must be one of "
-                             f"{sorted(SVD_ALGORITHMS)}. Got {self.svd_algorithm!r} instead.")
-        if not isinstance(self.detect_outliers, (bool, np.bool_)):
-            raise TypeError(f"The 'detect_outliers' parameter of {owner} must be a bool. "
-                            f"Got {self.detect_outliers!r} instead.")
-        check_param("svd_rank", self.svd_rank, owner, low=1, high=n_features, allow_none=True)
-        check_param("max_iter", self.max_iter, owner, low=1)
-        check_param("max_inner_iter", self.max_inner_iter, owner, low=1)
-        check_param("split_every", self.split_every, owner, low=2, allow_none=True)
-        if self.persist not in ("auto", True, False):
-            raise ValueError(f"The 'persist' parameter of {owner} must be 'auto', True or "
-                             f"False. Got {self.persist!r} instead.")
+            raise InvalidParameterError(
+                f"The number of prototypes of {owner} must be in the range [n_clusters + 1, "
+                f"n_samples] = [{c + 1}, {n_samples}]. Got {m} instead (n_prototypes=None "
+                "uses floor(sqrt(n_samples * n_clusters))).")
+        if m != "auto":
+            check_value("n_neighbors", self.n_neighbors, [Interval(Integral, 1, m - 1)], owner)
+        check_value("svd_rank", self.svd_rank, [Interval(Integral, 1, n_features), None], owner)
         rank = self.svd_rank if self.svd_rank is not None else \
             max(1, math.ceil(math.log2(n_features))) if n_features > 1 else 1
         return m, int(min(rank, n_features))
@@ -286,6 +284,7 @@ class KMultipleMeans(DqkmClusterer):
         -------
         self
         """
+        validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
         rs = check_random_state(self.random_state)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from numbers import Integral, Real
 
 import dask.array as da
 import numpy as np
@@ -18,7 +19,9 @@ from ..parallel.finite import check_sample
 from ..parallel.lloyd import assign, center_distances, min_sq_distances, sample_rows
 from ..parallel.stream import iter_blocks
 from ..parallel.fingerprint import data_fingerprint
-from ._base import DqkmClusterer, check_param
+from .._validation import (VERBOSE, Interval, Options, check_n_samples, check_value,
+                           validate_params)
+from ._base import DqkmClusterer
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
 
@@ -94,6 +97,21 @@ class MiniBatchKMeans(DqkmClusterer):
     [1.0, 4.0]
     """
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [Options(str, _INIT_OPTIONS), "callable", "array-like"],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "verbose": VERBOSE,
+        "compute_labels": ["boolean"],
+        "random_state": ["random_state"],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "max_no_improvement": [Interval(Integral, 0, None, closed="left"), None],
+        "init_size": [Interval(Integral, 1, None, closed="left"), None],
+        "n_init": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left")],
+        "reassignment_ratio": [Interval(Real, 0, None, closed="left")],
+    }
+
     def __init__(self, n_clusters=8, *, init="k-means++", max_iter=100, batch_size=1024,
                  verbose=0, compute_labels=True, random_state=None, tol=0.0,
                  max_no_improvement=10, init_size=None, n_init="auto",
@@ -113,38 +131,19 @@ class MiniBatchKMeans(DqkmClusterer):
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples):
-        owner = type(self).__name__
-        check_param("n_clusters", self.n_clusters, owner, low=1)
-        check_param("max_iter", self.max_iter, owner, low=1)
-        check_param("batch_size", self.batch_size, owner, low=1)
-        check_param("verbose", int(self.verbose) if isinstance(self.verbose, bool)
-                    else self.verbose, owner, low=0)
-        check_param("tol", self.tol, owner, kind="real", low=0)
-        check_param("max_no_improvement", self.max_no_improvement, owner, low=0,
-                    allow_none=True)
-        check_param("init_size", self.init_size, owner, low=1, allow_none=True)
-        check_param("reassignment_ratio", self.reassignment_ratio, owner, kind="real", low=0)
-        if not isinstance(self.compute_labels, (bool, np.bool_)):
-            raise ValueError(f"The 'compute_labels' parameter of {owner} must be a bool. "
-                             f"Got {self.compute_labels!r} instead.")
-        if isinstance(self.init, str):
-            check_param("init", self.init, owner, kind=None, options=_INIT_OPTIONS)
-        elif not callable(self.init) and not hasattr(self.init, "__array__") \
-                and not isinstance(self.init, (list, tuple)):
-            raise TypeError(f"The 'init' parameter of {owner} must be one of "
-                            f"{sorted(_INIT_OPTIONS)}, a callable or an array of shape "
-                            f"(n_clusters, n_features). Got {self.init!r} instead.")
+        """The data-dependent checks (after :func:`validate_params`); the number of
+        initialisations tried."""
+        check_n_samples(n_samples, self.n_clusters)
+        if not isinstance(self.init, str) and not callable(self.init):
+            check_value("init", self.init, ["array-like"], type(self).__name__)
         if self.init_size is not None and self.init_size < self.n_clusters:
             warnings.warn(f"init_size={self.init_size} should be larger than n_clusters="
                           f"{self.n_clusters}; using init_size={3 * self.n_clusters}.",
                           RuntimeWarning, stacklevel=3)
-        if self.n_clusters > n_samples:
-            raise ValueError(f"n_samples={n_samples} should be >= "
-                             f"n_clusters={self.n_clusters}.")
         if self.n_init == "auto":  # scikit-learn's rule
             n_init = 1 if isinstance(self.init, str) and self.init == "k-means++" else 3
         else:
-            n_init = check_param("n_init", self.n_init, owner, low=1, options={"auto"})
+            n_init = self.n_init
         array = not isinstance(self.init, str) and not callable(self.init)
         self._n_init = 1 if array else n_init
         return self._n_init
@@ -170,6 +169,9 @@ class MiniBatchKMeans(DqkmClusterer):
             raise DataError("sample_weight must be finite and non-negative; got "
                             f"{'NaN or infinity' if not np.isfinite(w).all() else 'negative'}"
                             " values.")
+        if not w.any():
+            raise DataError("Sample weights must contain at least one non-zero number; "
+                            "sample_weight is all zeros.")
         return da.from_array(w, chunks=(Xd.chunks[0],))
 
     # ---------------------------------------------------------------- init
@@ -241,6 +243,7 @@ class MiniBatchKMeans(DqkmClusterer):
         -------
         self
         """
+        validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         n = Xd.shape[0]
         n_init = self._check_params(n)
@@ -354,6 +357,8 @@ class MiniBatchKMeans(DqkmClusterer):
         self
         """
         first = not hasattr(self, "cluster_centers_")
+        if first:
+            validate_params(self)
         Xd, lazy = self._validate_X(X, reset=first)
         n = Xd.shape[0]
         w = self._weights(sample_weight, Xd)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+from numbers import Integral
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..io import pack_operator, unpack_operator
 from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans_step
-from ._base import check_param
+from .._validation import Interval, Options, check_value, validate_params
 from .kmeans import KMeans, LloydAlgorithm
 
 logger = logging.getLogger(__name__)
@@ -208,6 +209,16 @@ class QKMeans(KMeans):
     (10, 64)
     """
 
+    _parameter_constraints = {
+        **KMeans._parameter_constraints,
+        "sparsity": ["integer"],  # in [1, min(n_clusters, n_features)]: checked by fit
+        "n_factors": [Interval(Integral, 2, None, closed="left"), None],
+        "init_factorization": [Options(str, _INIT_FACTORIZATION)],
+        "palm_iter": [Interval(Integral, 1, None, closed="left")],
+        "palm_iter_init": [Interval(Integral, 1, None, closed="left")],
+        "hierarchical_refits": [Interval(Integral, 0, None, closed="left")],
+    }
+
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
                  hierarchical_refits=1, max_iter=300, tol=1e-4, random_state=None, persist="auto",
@@ -225,15 +236,10 @@ class QKMeans(KMeans):
         self.hierarchical_refits = hierarchical_refits
 
     def _check_qk_params(self, n_features):
-        owner = type(self).__name__
+        """The data-dependent check (``sparsity <= min(K, D)``); the number of factors."""
         K = self.n_clusters
-        check_param("sparsity", self.sparsity, owner, low=1, high=min(K, n_features))
-        check_param("n_factors", self.n_factors, owner, low=2, allow_none=True)
-        check_param("init_factorization", self.init_factorization, owner, kind=None,
-                    options=_INIT_FACTORIZATION)
-        check_param("palm_iter", self.palm_iter, owner, low=1)
-        check_param("palm_iter_init", self.palm_iter_init, owner, low=1)
-        check_param("hierarchical_refits", self.hierarchical_refits, owner, low=0)
+        check_value("sparsity", self.sparsity, [Interval(Integral, 1, min(K, n_features))],
+                    type(self).__name__)
         n_factors = self.n_factors
         if n_factors is None:
             n_factors = max(2, math.ceil(math.log2(max(K, n_features))))
@@ -378,6 +384,12 @@ def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchi
     check_is_fitted(kmeans, "cluster_centers_")
     C = np.asarray(kmeans.cluster_centers_, dtype=np.float64)
     K, D = C.shape
+    table = QKMeans._parameter_constraints
+    validate_params(None, {"sparsity": sparsity, "n_factors": n_factors, "method": method,
+                           "n_iter": n_iter},
+                    {"sparsity": table["sparsity"], "n_factors": table["n_factors"],
+                     "method": table["init_factorization"], "n_iter": table["palm_iter_init"]},
+                    caller="factorize_centroids")
     proxy = QKMeans(K, sparsity=sparsity, n_factors=n_factors, init_factorization=method,
                     palm_iter_init=n_iter)
     q = proxy._check_qk_params(D)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from numbers import Integral
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,7 +17,9 @@ from ..parallel.embedding import embed, embed_assign, original_space_moments
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import checked_rows
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
-from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
+from .._validation import (VERBOSE, Interval, InvalidParameterError, Options, check_n_samples,
+                           validate_params)
+from ._base import DqkmClusterer, check_n_features, is_lazy
 from ._checkpoint import identity_from_params
 from ._driver import Composed, stored_identity
 from .kmeans import KMeans
@@ -140,6 +143,15 @@ class SparseEmbeddedKMeans(DqkmClusterer):
     (1, 1)
     """
 
+    _parameter_constraints = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "n_components": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left")],
+        "embedding": [Options(str, _EMBEDDINGS)],
+        "kmeans": [dict, None],
+        "random_state": ["random_state"],
+        "verbose": VERBOSE,
+    }
+
     def __init__(self, n_clusters=8, *, n_components="auto", embedding="sparse", kmeans=None,
                  random_state=None, verbose=0):
         self.n_clusters = n_clusters
@@ -173,46 +185,41 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         return super()._validate_X(X, reset=reset)
 
     def _check_params(self, n_samples, n_features):
+        """The data-dependent checks (after :func:`validate_params`): the target
+        dimension d̃ and the embedded K-means's parameters."""
         owner = type(self).__name__
-        check_param("n_clusters", self.n_clusters, owner, low=1)
-        if self.n_clusters > n_samples:
-            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}.")
-        check_param("embedding", self.embedding, owner, kind=None, options=_EMBEDDINGS)
-        if isinstance(self.n_components, str) and self.n_components == "auto":
+        check_n_samples(n_samples, self.n_clusters)
+        if isinstance(self.n_components, str):  # 'auto'
             d = default_n_components(self.n_clusters, n_features)
             if self.embedding == "dense" and d > n_features:
-                raise ValueError(f"The 'n_components' parameter of {owner} must be an int in "
-                                 f"the range [n_clusters, n_features] = [{self.n_clusters}, "
-                                 f"{n_features}] for embedding='dense'; n_clusters exceeds "
-                                 "n_features.")
+                raise InvalidParameterError(
+                    f"The 'n_components' parameter of {owner} must be an int in the range "
+                    f"[n_clusters, n_features] = [{self.n_clusters}, {n_features}] for "
+                    "embedding='dense'; n_clusters exceeds n_features: lower n_clusters or "
+                    "use embedding='sparse'.")
         else:
             d = self._check_n_components(n_features)
         kmeans = {} if self.kmeans is None else self.kmeans
-        if not isinstance(kmeans, dict):
-            raise TypeError(f"The 'kmeans' parameter of {owner} must be a dict of dqkm.KMeans "
-                            f"parameters or None. Got {type(kmeans).__name__} instead.")
         allowed = set(KMeans().get_params()) - {"n_clusters"}
         bad = sorted(set(kmeans) - allowed)
         if bad:
-            raise ValueError(f"The 'kmeans' parameter of {owner} got unknown dqkm.KMeans "
-                             f"parameters {bad}; allowed: {sorted(allowed)} (n_clusters is "
-                             f"{owner}'s own).")
+            raise InvalidParameterError(
+                f"The 'kmeans' parameter of {owner} got unknown dqkm.KMeans parameters {bad}; "
+                f"allowed: {sorted(allowed)} (n_clusters is {owner}'s own).")
         return d, dict(kmeans)
 
     def _check_n_components(self, n_features):
-        c = self.n_components
-        dense = self.embedding == "dense"
-        ok = isinstance(c, (int, np.integer)) and not isinstance(c, bool)
-        if ok and self.n_clusters <= c and (not dense or c <= n_features):
-            return int(c)
-        if dense:
+        c = int(self.n_components)
+        if self.n_clusters <= c and (self.embedding != "dense" or c <= n_features):
+            return c
+        if self.embedding == "dense":
             what = f"[n_clusters, n_features] = [{self.n_clusters}, {n_features}]"
         else:
             what = f"[n_clusters, inf) = [{self.n_clusters}, inf)"
-        err = ValueError if ok or isinstance(c, (float, str)) else TypeError
-        raise err(f"The 'n_components' parameter of {type(self).__name__} must be 'auto' or an "
-                  f"int in the range {what} for embedding={self.embedding!r}. Got {c!r} "
-                  "instead.")
+        raise InvalidParameterError(
+            f"The 'n_components' parameter of {type(self).__name__} must be 'auto' or an int in "
+            f"the range {what} for embedding={self.embedding!r}. Got {self.n_components!r} "
+            "instead.")
 
     # ---------------------------------------------------------------- fitting
     def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
@@ -250,6 +257,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         -------
         self
         """
+        validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         d, km_params = self._check_params(Xd.shape[0], Xd.shape[1])
         rs = check_random_state(self.random_state)

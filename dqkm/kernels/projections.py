@@ -50,6 +50,8 @@ from numbers import Integral
 import numpy as np
 from numba import njit
 
+from ..exceptions import InvalidParameterError
+
 __all__ = ["Sp", "Splin", "Spcol", "Splincol", "Supp", "default_shapes", "default_constraints"]
 
 # Above this many kept entries per row, a stable sort beats the insertion buffer.
@@ -176,12 +178,12 @@ def _flat_mask(absM, k):
 
 def _check_count(value, name, owner, high, what):
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(
+        raise InvalidParameterError(
             f"The '{name}' parameter of {owner} must be an int in the range [1, {high}] "
             f"({what}). Got {value!r} of type {type(value).__name__} instead."
         )
     if not 1 <= int(value) <= high:
-        raise ValueError(
+        raise InvalidParameterError(
             f"The '{name}' parameter of {owner} must be an int in the range [1, {high}] "
             f"({what}). Got {value!r} instead."
         )
@@ -196,7 +198,7 @@ def _check_shape(shape, owner):
     except TypeError:
         ok = False
     if not ok:
-        raise ValueError(
+        raise InvalidParameterError(
             f"The 'shape' parameter of {owner} must be a pair of positive ints "
             f"(n_rows, n_cols). Got {shape!r} instead."
         )
