@@ -49,7 +49,7 @@ __all__ = ["Checkpoint", "CheckpointError", "CheckpointLock", "CheckpointMismatc
            "check_checkpoint_path", "checkpointing", "identity_from_params", "scheduler_lost",
            "IGNORED_PARAMS", "LOCK_NAME"]
 
-CHECKPOINT_FORMAT_VERSION = 2
+from ..data.formats import CHECKPOINT_FORMAT_VERSION  # noqa: E402 - the format registry
 _FILES = "dqkm-files.json"
 
 #: Constructor parameters left out of every checkpoint identity because they

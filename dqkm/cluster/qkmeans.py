@@ -8,7 +8,7 @@ import math
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..io import pack_operator, unpack_operator
+from ..data.serialize import pack_operator, unpack_operator
 from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans
 from ._base import check_param
 from .kmeans import KMeans

@@ -1,4 +1,4 @@
-"""Generated and bundled data sets, as Dask arrays.
+"""Generated and bundled data sets, as Dask arrays (dense, and sparse CSR blobs).
 
 Generators build every chunk on the workers from its own seed, derived from
 one ``numpy.random.SeedSequence(random_state)`` by the chunk's index, so the
@@ -11,40 +11,16 @@ import numbers
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
+from sklearn import datasets as skd
 
-from .kernels.tiles import row_tiles
-from .parallel.data import auto_row_chunks
-from .sparse import make_sparse_blobs
+from ..kernels.tiles import row_tiles
+from .chunks import auto_sparse_rows, check_positive_int, root_entropy, row_chunks
+from .csr import csr_meta, load_csr, save_csr
+from .stores import load_array, save_arrays
 
 __all__ = ["make_blobs", "make_sparse_blobs", "make_moons", "make_circles", "load_digits",
            "load_breast_cancer", "load_wine", "load_iris"]
-
-
-def _check_positive_int(name, value, low=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        raise ValueError(f"The {name!r} parameter must be an int >= {low}. Got {value!r} instead.")
-    return int(value)
-
-
-def _root_entropy(random_state):
-    if random_state is None:
-        return np.random.SeedSequence().entropy
-    if isinstance(random_state, numbers.Integral) and random_state >= 0:
-        return int(random_state)
-    raise ValueError(f"The 'random_state' parameter must be a non-negative int or None. "
-                     f"Got {random_state!r} instead.")
-
-
-def _row_chunks(n, chunks, n_features, itemsize):
-    if chunks is None:
-        chunks = auto_row_chunks(n, n_features, itemsize)
-    if isinstance(chunks, numbers.Integral):
-        c = _check_positive_int("chunks", chunks)
-        return tuple([c] * (n // c) + ([n % c] if n % c else []))
-    chunks = tuple(int(c) for c in chunks)
-    if sum(chunks) != n:
-        raise ValueError(f"The 'chunks' parameter must sum to n_samples={n}. Got {chunks}.")
-    return chunks
 
 
 def _blobs_chunk(block_id, *, sizes, centers, cluster_std, entropy, out_dtype, which):
@@ -101,11 +77,11 @@ def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,
     y : dask array of shape (n_samples,), int32
     centers : ndarray of shape (n_centers, n_features), only if ``return_centers``
     """
-    n_samples = _check_positive_int("n_samples", n_samples)
-    n_features = _check_positive_int("n_features", n_features)
-    entropy = _root_entropy(random_state)
+    n_samples = check_positive_int("n_samples", n_samples)
+    n_features = check_positive_int("n_features", n_features)
+    entropy = root_entropy(random_state)
     if isinstance(centers, numbers.Integral):
-        k = _check_positive_int("centers", centers)
+        k = check_positive_int("centers", centers)
         crng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(2**32,)))
         centers = crng.uniform(center_box[0], center_box[1], size=(k, n_features))
     centers = np.asarray(centers, dtype=np.float64)
@@ -114,15 +90,13 @@ def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,
                          f"(n_centers, {n_features}). Got shape {centers.shape}.")
     std = np.broadcast_to(np.asarray(cluster_std, dtype=np.float64), (centers.shape[0],)).copy()
     dtype = np.dtype(dtype)
-    sizes = _row_chunks(n_samples, chunks, n_features, dtype.itemsize)
+    sizes = row_chunks(n_samples, chunks, n_features, dtype.itemsize)
     kw = dict(sizes=sizes, centers=centers, cluster_std=std, entropy=entropy, out_dtype=dtype)
     X = da.map_blocks(_blobs_chunk, chunks=(sizes, (n_features,)), dtype=dtype,
                       meta=np.empty((0, 0), dtype), which="X", **kw)
     y = da.map_blocks(_blobs_chunk, chunks=(sizes,), dtype=np.int32,
                       meta=np.empty((0,), np.int32), which="y", **kw)
     if path is not None:
-        from .io import load_array, save_arrays
-
         save_arrays({"X": X, "y": y}, path, overwrite=overwrite, compressors=compressors,
                     attrs={"generator": "dqkm.datasets.make_blobs", "random_state": entropy,
                            "n_centers": int(centers.shape[0])})
@@ -130,9 +104,146 @@ def make_blobs(n_samples=100_000, n_features=2, centers=8, *, cluster_std=1.0,
     return (X, y, centers) if return_centers else (X, y)
 
 
-def _sk_chunk(block_id, *, sizes, entropy, which, kind, noise, factor, out_dtype):
-    from sklearn import datasets as skd
+# ----------------------------------------------------------------------------- sparse
+def _check_int(name, value, low):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ValueError(f"The {name!r} parameter of make_sparse_blobs must be an int in the "
+                         f"range [{low}, inf). Got {value!r} instead.")
+    return int(value)
 
+
+def _check_real(name, value, low, high, low_open=False):
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    if not ok or value > high or value < low or (low_open and value == low):
+        lb = "(" if low_open else "["
+        raise ValueError(f"The {name!r} parameter of make_sparse_blobs must be a float in the "
+                         f"range {lb}{low}, {high}]. Got {value!r} instead.")
+    return float(value)
+
+
+def _sparse_blobs_chunk(block_id, *, sizes, vocab, vocab_p, n_features, nnz_per_row, signal,
+                        entropy, out_dtype, which):
+    """Chunk ``i`` from its own seed: labels, then the non-zeros of every row.
+
+    Each row draws ``1 + Poisson(nnz_per_row − 1)`` term positions: with
+    probability ``signal`` from its cluster's vocabulary (Zipf weights), else
+    uniformly from all features; the term weights are ``1 + Exp(1)``
+    (repeated terms add up), and the row is scaled to unit ℓ2 norm, as a
+    tf-idf vectoriser does.
+    """
+    i = block_id[0]
+    rng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(i,)))
+    n = sizes[i]
+    k = vocab.shape[0]
+    labels = rng.integers(0, k, size=n)
+    if which == "y":
+        return labels.astype(np.int32)
+    m = np.minimum(1 + rng.poisson(max(nnz_per_row - 1.0, 0.0), size=n), n_features)
+    rows = np.repeat(np.arange(n), m)
+    total = rows.shape[0]
+    from_topic = rng.random(total) < signal
+    cols = rng.integers(0, n_features, size=total)
+    row_label = labels[rows]
+    for c in range(k):
+        sel = np.flatnonzero(from_topic & (row_label == c))
+        if sel.size:
+            cols[sel] = vocab[c][rng.choice(vocab.shape[1], size=sel.size, p=vocab_p)]
+    vals = 1.0 + rng.exponential(1.0, size=total)
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, n_features))
+    X.sum_duplicates()
+    norms = np.sqrt(np.add.reduceat(X.data**2, X.indptr[:-1])) if X.nnz else np.ones(0)
+    X.data /= np.repeat(norms, np.diff(X.indptr))
+    return X.astype(out_dtype)
+
+
+def make_sparse_blobs(n_samples=100_000, n_features=10_000, density=0.001, centers=8, *,
+                      signal=0.5, vocabulary_size=None, chunks=None, random_state=None,
+                      dtype=np.float32, path=None, overwrite=False):
+    """tf-idf-like sparse clustered data, generated chunk by chunk (CSR chunks).
+
+    Every cluster c has a vocabulary of ``vocabulary_size`` features drawn
+    without replacement, with Zipf weights ``∝ 1/(rank + 1)``.  A row of
+    cluster c has about ``density × n_features`` non-zeros (1 + Poisson):
+    each term comes from c's vocabulary with probability ``signal``,
+    otherwise uniformly from all features; weights are ``1 + Exp(1)``, and
+    rows have unit ℓ2 norm.
+
+    Chunk ``i`` is built from ``SeedSequence(random_state, spawn_key=(i,))``
+    alone (the vocabularies from ``spawn_key=(2**32,)``), so the array is
+    never in one memory and a chunk is the same whoever computes it.
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+    density : float in (0, 1]
+        Expected fraction of non-zeros per row (before repeated terms merge).
+    centers : int
+        Number of clusters.
+    signal : float in [0, 1], default=0.5
+        Fraction of a row's terms drawn from its cluster's vocabulary.
+    vocabulary_size : int, optional
+        Default: ``min(n_features, max(50, 10 × density × n_features))``.
+    chunks : int or tuple of ints, optional
+        Rows per chunk (default about 64 MB of non-zeros, ≥ 4 chunks when large).
+    random_state : int or None
+    dtype : float32 (default) or float64
+    path : str, optional
+        If given, X is written there as a Zarr CSR group (:func:`save_csr`)
+        and the returned X reads from it; y stays lazy (from the generator).
+
+    Returns
+    -------
+    X : dask array of shape (n_samples, n_features), CSR chunks
+    y : dask array of shape (n_samples,), int32
+
+    Examples
+    --------
+    >>> from dqkm.sparse import make_sparse_blobs
+    >>> X, y = make_sparse_blobs(1000, 500, density=0.02, centers=3, random_state=0)
+    >>> X.blocks[0].compute().format
+    'csr'
+    """
+    n_samples = _check_int("n_samples", n_samples, 1)
+    n_features = _check_int("n_features", n_features, 1)
+    k = _check_int("centers", centers, 1)
+    density = _check_real("density", density, 0.0, 1.0, low_open=True)
+    signal = _check_real("signal", signal, 0.0, 1.0)
+    nnz_per_row = max(1.0, density * n_features)
+    if vocabulary_size is None:
+        vocabulary_size = int(min(n_features, max(50, 10 * nnz_per_row)))
+    vocabulary_size = _check_int("vocabulary_size", vocabulary_size, 1)
+    if vocabulary_size > n_features:
+        raise ValueError(f"The 'vocabulary_size' parameter of make_sparse_blobs must be an int "
+                         f"in the range [1, n_features={n_features}]. Got {vocabulary_size} "
+                         "instead.")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise ValueError(f"The 'dtype' parameter of make_sparse_blobs must be float32 or "
+                         f"float64. Got {dtype} instead.")
+    entropy = root_entropy(random_state)
+    vrng = np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(2**32,)))
+    vocab = np.stack([vrng.choice(n_features, size=vocabulary_size, replace=False)
+                      for _ in range(k)])
+    p = 1.0 / np.arange(1, vocabulary_size + 1)
+    p /= p.sum()
+    if chunks is None:
+        chunks = auto_sparse_rows(n_samples, int(n_samples * nnz_per_row), dtype.itemsize)
+    sizes = row_chunks(n_samples, chunks, n_features, dtype.itemsize)
+    kw = dict(sizes=sizes, vocab=vocab, vocab_p=p, n_features=n_features,
+              nnz_per_row=nnz_per_row, signal=signal, entropy=entropy, out_dtype=dtype)
+    X = da.map_blocks(_sparse_blobs_chunk, chunks=(sizes, (n_features,)), dtype=dtype,
+                      meta=csr_meta(dtype), which="X", **kw)
+    y = da.map_blocks(_sparse_blobs_chunk, chunks=(sizes,), dtype=np.int32,
+                      meta=np.empty((0,), np.int32), which="y", **kw)
+    if path is not None:
+        save_csr(X, path, overwrite=overwrite,
+                 attrs={"generator": "dqkm.sparse.make_sparse_blobs", "random_state": entropy,
+                        "n_centers": k})
+        X = load_csr(path)
+    return X, y
+
+
+def _sk_chunk(block_id, *, sizes, entropy, which, kind, noise, factor, out_dtype):
     i = block_id[0]
     seed = np.random.SeedSequence(entropy, spawn_key=(i,)).generate_state(1)[0]
     if kind == "moons":
@@ -143,9 +254,9 @@ def _sk_chunk(block_id, *, sizes, entropy, which, kind, noise, factor, out_dtype
 
 
 def _sk_generated(kind, n_samples, noise, factor, chunks, random_state, dtype):
-    n_samples = _check_positive_int("n_samples", n_samples, low=2)
-    entropy = _root_entropy(random_state)
-    sizes = _row_chunks(n_samples, chunks if chunks is not None else n_samples, 2, 8)
+    n_samples = check_positive_int("n_samples", n_samples, low=2)
+    entropy = root_entropy(random_state)
+    sizes = row_chunks(n_samples, chunks if chunks is not None else n_samples, 2, 8)
     if min(sizes) < 2:
         raise ValueError(f"Every chunk of {kind} needs at least 2 rows; got chunks {sizes}.")
     kw = dict(sizes=sizes, entropy=entropy, kind=kind, noise=noise, factor=factor,
@@ -178,27 +289,19 @@ def _bundled(loader, chunks):
 
 def load_digits(*, chunks=None):
     """scikit-learn's bundled 8×8 digits: X (1797 × 64, float64), y."""
-    from sklearn.datasets import load_digits as f
-
-    return _bundled(f, chunks)
+    return _bundled(skd.load_digits, chunks)
 
 
 def load_breast_cancer(*, chunks=None):
     """scikit-learn's bundled breast cancer data: X (569 × 30), y."""
-    from sklearn.datasets import load_breast_cancer as f
-
-    return _bundled(f, chunks)
+    return _bundled(skd.load_breast_cancer, chunks)
 
 
 def load_wine(*, chunks=None):
     """scikit-learn's bundled wine data: X (178 × 13), y."""
-    from sklearn.datasets import load_wine as f
-
-    return _bundled(f, chunks)
+    return _bundled(skd.load_wine, chunks)
 
 
 def load_iris(*, chunks=None):
     """scikit-learn's bundled iris data: X (150 × 4), y."""
-    from sklearn.datasets import load_iris as f
-
-    return _bundled(f, chunks)
+    return _bundled(skd.load_iris, chunks)

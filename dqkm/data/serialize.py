@@ -1,252 +1,40 @@
-"""Zarr v3 storage for data, labels and fitted models.
+"""Fitted models without pickle: ``dqkm.save`` / ``dqkm.load``.
 
-* :func:`as_dask_array` — NumPy, Dask, a Zarr array, or a Zarr store path/URL
-  → a 2-D float Dask array chunked along rows only.
-* :func:`save_array` / :func:`save_arrays` / :func:`load_array` — chunk-aligned
-  Zarr v3 stores, written under a temporary name and renamed into place, so a
-  failed write never leaves a partial store under the target name.
-* :func:`save` / :func:`load` — fitted models without pickle (Zarr group or
-  ``.npz`` + JSON, with a format version).
+A model is packed into a JSON header (estimator name, parameters, fitted
+scalars) and named arrays (:func:`pack_model`), and written as a Zarr v3 group
+(arrays + JSON attributes) or one ``.npz`` archive, with the format version of
+:mod:`dqkm.data.formats` and a write id.  Loading instantiates only dqkm's own
+estimators, found by name (:func:`_estimator_class`), and checks every
+parameter, array and scalar against what the estimator declares.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import os
 import time
 import uuid
+import zipfile
 from pathlib import Path
 
-import dask.array as da
 import numpy as np
 import zarr
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
-from ._atomic import AtomicTarget as _AtomicTarget
-from ._json import json_default
-from .exceptions import DqkmError, ModelFileError
-from .zarr_chunk_reader import from_zarr
-from .parallel.data import to_dask
-from .parallel.engine import compute_settled
+from .._model_check import check_fitted, check_state
+from ..exceptions import DqkmError, ModelFileError
+from ..kernels.hadamard import HadamardLandmarks
+from ..kernels.sparse_factors import SparseFactors
+from .atomic import AtomicTarget
+from .formats import MODEL_FORMAT_VERSION
+from .jsonvalues import json_default
+from .stores import is_url, save_arrays
 
-__all__ = ["as_dask_array", "save_array", "save_arrays", "load_array", "open_store", "save",
-           "load", "MODEL_FORMAT_VERSION"]
-
-MODEL_FORMAT_VERSION = 1
-_DEFAULT_COMPONENT = "X"
-
-
-# ----------------------------------------------------------------------------- reading
-def _is_url(path) -> bool:
-    return isinstance(path, str) and "://" in path
-
-
-def _is_path(X) -> bool:
-    return isinstance(X, (str, os.PathLike))
-
-
-def _local(path) -> str:
-    """A local path as an absolute one (what a graph may carry to workers started
-    elsewhere); a URL as it is."""
-    return str(path) if _is_url(path) else os.path.abspath(os.fspath(path))
-
-
-def open_store(path, component=None, *, storage_options=None):
-    """Open a Zarr array stored at ``path`` (or the array ``component`` of the group there).
-
-    A group with one array opens that array; a group with several opens
-    ``component`` (default ``"X"``).  A local path is opened as an absolute
-    path, so that arrays read from it mean the same files on every worker.
-    """
-    if not _is_url(path) and not Path(path).exists():
-        raise FileNotFoundError(f"No Zarr store at {str(path)!r}.")
-    node = zarr.open(str(path), mode="r", storage_options=storage_options) if _is_url(path) \
-        else zarr.open(_local(path), mode="r")
-    if isinstance(node, zarr.Group):
-        names = sorted(name for name, _ in node.arrays())
-        if component is None:
-            component = _DEFAULT_COMPONENT if _DEFAULT_COMPONENT in names else (
-                names[0] if len(names) == 1 else None)
-        if component not in names:
-            raise ValueError(f"The Zarr group at {str(path)!r} holds arrays {names}; pass "
-                             "component=<name> to choose one.")
-        node = node[component]
-    return node
-
-
-def _from_zarr(arr, chunks=None) -> da.Array:
-    # One task per stored chunk reading its file directly where possible, else
-    # zarr-python; absolute paths, and tasks that check they see the store
-    # (see dqkm.zarr_chunk_reader).
-    return from_zarr(arr, chunks)
-
-
-def load_array(path, component=None, *, chunks=None, storage_options=None) -> da.Array:
-    """A Zarr array (any dtype and ndim) as a lazy Dask array chunked along rows.
-
-    A CSR group written by :func:`dqkm.sparse.save_csr` comes back as a Dask
-    array of CSR chunks (its own row chunks; ``chunks`` must be None).  A local
-    ``path`` enters the graph as an absolute path; a task that cannot see the
-    store raises :class:`~dqkm.exceptions.StoreError` naming it and the worker.
-    """
-    from .sparse import is_csr_store, load_csr
-
-    path = _local(path)
-    if is_csr_store(path, storage_options):
-        if chunks is not None:
-            raise ValueError("chunks cannot be changed when loading a CSR group; rechunk the "
-                             "returned Dask array instead.")
-        return load_csr(path, storage_options=storage_options)
-    return _from_zarr(open_store(path, component, storage_options=storage_options), chunks)
-
-
-def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da.Array:
-    """X as a 2-D float Dask array chunked along rows only.
-
-    Parameters
-    ----------
-    X : ndarray, scipy.sparse matrix, Dask array, zarr.Array, or str/PathLike
-        A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
-        array, to a group (its array ``component``, default ``"X"``) or to a
-        CSR group (:mod:`dqkm.sparse`).  Sparse input (CSR, COO) stays sparse:
-        a Dask array of CSR chunks.
-    chunks : int or tuple, optional
-        Rows per chunk.  Default: the store's row chunks, or ~64 MB chunks
-        for in-memory data.
-
-    Returns
-    -------
-    dask.array.Array of shape (n_samples, n_features), float32 or float64
-        float32/float64 input keeps its dtype; other real dtypes become float64.
-
-    Raises
-    ------
-    ValueError
-        Not 2-D, or a large Dask array chunked along features (the message
-        shows the ``rechunk`` call).
-    TypeError
-        Non-numeric data.
-    """
-    import scipy.sparse as sp
-
-    from .sparse import check_sparse, sparse_to_dask
-
-    if _is_path(X):
-        Xd = load_array(X, component, chunks=chunks, storage_options=storage_options)
-    elif sp.issparse(X):
-        Xd = sparse_to_dask(X, chunks)
-    elif isinstance(X, da.Array) and sp.issparse(X._meta):
-        Xd = check_sparse(X, "as_dask_array")
-        Xd = Xd if chunks is None else Xd.rechunk({0: chunks})
-    elif type(X).__module__.startswith("zarr"):
-        Xd = _from_zarr(X, chunks)
-    else:
-        Xd = to_dask(X, chunks=chunks)
-    if Xd.ndim != 2:
-        raise ValueError(f"Expected a 2-D array (n_samples, n_features); got {Xd.ndim}-D with "
-                         f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1).")
-    if Xd.dtype.kind not in "fiub":
-        raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
-    if Xd.dtype not in (np.float32, np.float64):
-        Xd = Xd.astype(np.float64)
-    return to_dask(Xd)
-
-
-# ----------------------------------------------------------------------------- writing
-def _regular_rows(X: da.Array) -> da.Array:
-    """Zarr needs equal chunks (the last may be smaller): rechunk rows if not."""
-    rows = X.chunks[0]
-    if len(rows) > 1 and (len(set(rows[:-1])) > 1 or rows[-1] > rows[0]):
-        X = X.rechunk({0: max(rows)})
-    if X.ndim > 1 and X.numblocks[1] > 1:
-        X = X.rechunk({i: -1 for i in range(1, X.ndim)})
-    return X
-
-
-def check_writable(path, overwrite=False):
-    """Raise now (before a long computation) what :func:`save_arrays` or
-    :func:`save_array` would raise for ``path`` later: ``TargetExistsError`` (a
-    ``FileExistsError``) if it exists and ``overwrite`` is false, ``StoreError``
-    if it exists but is not a Zarr store or dqkm model file."""
-    _AtomicTarget(path, overwrite).check()
-
-
-def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_options=None,
-                compressors="auto", array_attrs=None):
-    """Write several row-aligned arrays as one Zarr v3 group (one pass, atomic).
-
-    ``arrays`` maps names to NumPy or Dask arrays; each is stored chunk-aligned
-    with its Dask row chunks.  ``compressors`` is passed to Zarr ("auto": Zarr's
-    default, zstd; None: uncompressed — see :func:`save_array`).  ``attrs`` are
-    the group's attributes, ``array_attrs`` those of every array.  The group
-    appears at ``path`` complete or not at all; ``overwrite=False`` is
-    exclusive (of writers racing for a new path, one succeeds) and
-    ``overwrite=True`` replaces only a Zarr store (see :mod:`dqkm._atomic`).
-    Returns ``path``.
-    """
-    with _AtomicTarget(path, overwrite) as t:
-        group = zarr.open_group(t.tmp_url, mode="w", zarr_format=3,
-                                storage_options=storage_options if t.url else None)
-        if attrs:
-            group.attrs.update(attrs)
-        stores = []
-        for name, arr in arrays.items():
-            if not isinstance(arr, da.Array):
-                # in memory: written here by Zarr (no graph that would carry the data to
-                # a distributed scheduler)
-                arr = np.asarray(arr)
-                rows = (max(1, min(arr.shape[0], 65536)),) if arr.ndim else ()
-                z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
-                                       chunks=rows + tuple(max(1, n) for n in arr.shape[1:]),
-                                       compressors=compressors)
-                if array_attrs:
-                    z.attrs.update(array_attrs)
-                z[...] = arr
-                continue
-            arr = _regular_rows(arr) if arr.ndim else arr
-            z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
-                                   chunks=tuple(max(1, c[0]) for c in arr.chunks),
-                                   compressors=compressors)
-            if array_attrs:
-                z.attrs.update(array_attrs)
-            stores.append(da.store(arr, z, lock=False, compute=False))
-        if stores:
-            compute_settled(*stores)
-    return path
-
-
-def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None,
-               compressors="auto"):
-    """Write one array as a Zarr v3 array store (chunk-aligned, atomic).
-
-    ``compressors`` is passed to Zarr: "auto" is Zarr's default (zstd level 0);
-    None stores chunks uncompressed, which reads ~4× faster (measured: 0.045 s
-    vs 0.18–0.32 s for 200 MB of float32) at the cost of disk — worth it for
-    float data that compresses little and is read once per iteration.
-
-    Sparse X (a scipy.sparse matrix or a Dask array of CSR chunks) is written
-    as a CSR group by :func:`dqkm.sparse.save_csr`.
-    """
-    import scipy.sparse as sp
-
-    if sp.issparse(X) or (isinstance(X, da.Array) and sp.issparse(X._meta)):
-        from .sparse import save_csr
-
-        return save_csr(X, path, overwrite=overwrite, attrs=attrs,
-                        storage_options=storage_options)
-    with _AtomicTarget(path, overwrite) as t:
-        arr = X if isinstance(X, da.Array) else to_dask(np.asarray(X)) if np.ndim(X) == 2 \
-            else da.from_array(np.asarray(X), chunks=max(1, min(len(X), 1 << 20)))
-        arr = _regular_rows(arr)
-        z = zarr.create_array(t.tmp_url, shape=arr.shape, dtype=arr.dtype,
-                              chunks=tuple(c[0] for c in arr.chunks), zarr_format=3,
-                              compressors=compressors,
-                              storage_options=storage_options if t.url else None)
-        if attrs:
-            z.attrs.update(attrs)
-        compute_settled(da.store(arr, z, lock=False, compute=False))
-    return path
-
+__all__ = ["save", "load", "model_info", "pack_model", "unpack_model", "pack_operator",
+           "unpack_operator", "MODEL_FORMAT_VERSION"]
 
 # ----------------------------------------------------------------------------- models
 # markers of a parameter saved as a nested model / operator (its arrays under a prefix)
@@ -265,9 +53,6 @@ def _is_model(v) -> bool:
 def pack_operator(op, prefix=""):
     """``(kind, arrays)`` of a dqkm linear operator (``SparseFactors``,
     ``HadamardLandmarks``); ``(None, {})`` for anything else."""
-    from .kernels.hadamard import HadamardLandmarks
-    from .kernels.sparse_factors import SparseFactors
-
     if isinstance(op, SparseFactors):
         return "SparseFactors", {f"{prefix}{k}": v for k, v in op.to_arrays().items()}
     if isinstance(op, HadamardLandmarks):
@@ -278,9 +63,6 @@ def pack_operator(op, prefix=""):
 
 def unpack_operator(kind, arrays, prefix=""):
     """The operator :func:`pack_operator` packed."""
-    from .kernels.hadamard import HadamardLandmarks
-    from .kernels.sparse_factors import SparseFactors
-
     own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
     if kind == "SparseFactors":
         return SparseFactors.from_arrays(own)
@@ -315,12 +97,10 @@ def _split_params(params, prefix=""):
 
 
 def _estimator_class(name):
-    import importlib
-
-    import dqkm
-
-    module = _MODEL_MODULES.get(name)
-    cls = getattr(importlib.import_module(module), name) if module else getattr(dqkm, name, None)
+    # Found by name at run time, not imported: the data layer does not depend on the
+    # estimators (tests/test_layering.py); only dqkm's own classes can be named.
+    module = _MODEL_MODULES.get(name, "dqkm")
+    cls = getattr(importlib.import_module(module), name, None)
     if not (isinstance(cls, type) and hasattr(cls, "_set_state")):
         raise ModelFileError(f"The model file names estimator {name!r}, which dqkm does not "
                              "know; it was written by another program or edited.")
@@ -328,9 +108,6 @@ def _estimator_class(name):
 
 
 def _is_fitted(model) -> bool:
-    from sklearn.exceptions import NotFittedError
-    from sklearn.utils.validation import check_is_fitted
-
     try:
         check_is_fitted(model)
     except NotFittedError:
@@ -363,8 +140,6 @@ def unpack_model(header, arrays, prefix="", *, source="(in memory)"):
     declares (:mod:`dqkm._model_check`): anything else is refused with
     ``ModelFileError`` naming ``source`` (the file) and the key.
     """
-    from ._model_check import check_fitted, check_state
-
     if not isinstance(header, dict) or not isinstance(header.get("params"), dict):
         raise ModelFileError(f"The model file {source} has no estimator parameters in its "
                              "header; it was not written by dqkm.save.")
@@ -422,8 +197,6 @@ def save(model, path, *, overwrite=False):
     """
     if not _is_model(model):
         raise TypeError(f"dqkm.save saves dqkm estimators; got {type(model).__name__}.")
-    from sklearn.utils.validation import check_is_fitted
-
     check_is_fitted(model)
     header, arrays = pack_model(model)
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -431,7 +204,7 @@ def save(model, path, *, overwrite=False):
     header = {"format_version": MODEL_FORMAT_VERSION, **header, "write_id": write_id,
               "arrays": sorted(arrays)}
     if str(path).endswith(".npz"):
-        with _AtomicTarget(path, overwrite) as t:
+        with AtomicTarget(path, overwrite) as t:
             with open(t.tmp, "wb") as f:
                 np.savez(f, __header__=np.frombuffer(json.dumps(header).encode(), np.uint8),
                          **arrays)
@@ -495,8 +268,6 @@ def _read_header(path):
     A Zarr group replaced by a concurrent :func:`save` while being read (its
     arrays' write id differs from the header's) is read again.
     """
-    import zipfile
-
     for attempt in range(_READ_ATTEMPTS):
         try:
             header, arrays = (_read_npz if str(path).endswith(".npz") else _read_zarr)(path)
@@ -504,7 +275,7 @@ def _read_header(path):
             time.sleep(0.001 * attempt)
             continue
         except FileNotFoundError:
-            if not _is_url(path) and Path(path).exists():
+            if not is_url(path) and Path(path).exists():
                 time.sleep(0.001 * attempt)
                 continue     # a file of the group vanished: replaced while being read
             raise
@@ -540,7 +311,7 @@ def load(path):
         version, or holds parameters, arrays or scalars that its estimator does
         not declare (the message names the path and the key).
     """
-    if not _is_url(path) and not Path(path).exists():
+    if not is_url(path) and not Path(path).exists():
         raise FileNotFoundError(f"No dqkm model at {str(path)!r}.")
     header, arrays = _read_header(path)
     version = header.get("format_version")

@@ -1,0 +1,13 @@
+"""Generated and bundled data sets, as Dask arrays (public facade).
+
+Generators build every chunk on the workers from its own seed, derived from
+one ``numpy.random.SeedSequence(random_state)`` by the chunk's index, so the
+whole array is never in one memory and a chunk is the same whoever computes it.
+The code lives in :mod:`dqkm.data.generators`; this module only re-exports it.
+"""
+
+from .data.generators import (load_breast_cancer, load_digits, load_iris, load_wine,
+                              make_blobs, make_circles, make_moons, make_sparse_blobs)
+
+__all__ = ["make_blobs", "make_sparse_blobs", "make_moons", "make_circles", "load_digits",
+           "load_breast_cancer", "load_wine", "load_iris"]

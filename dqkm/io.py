@@ -1,0 +1,24 @@
+"""Zarr v3 storage for data, labels and fitted models (the public facade).
+
+* :func:`as_dask_array` — NumPy, Dask, a Zarr array, or a Zarr store path/URL
+  → a 2-D float Dask array chunked along rows only.
+* :func:`save_array` / :func:`save_arrays` / :func:`load_array` — chunk-aligned
+  Zarr v3 stores, written under a temporary name and renamed into place, so a
+  failed write never leaves a partial store under the target name.
+* :func:`save` / :func:`load` — fitted models without pickle (Zarr group or
+  ``.npz`` + JSON, with a format version).
+
+The code lives in the data layer (:mod:`dqkm.data.stores`,
+:mod:`dqkm.data.serialize`) and :mod:`dqkm.parallel.data`; this module only
+re-exports it.
+"""
+
+from .data.serialize import _NESTED, _OPERATOR  # noqa: F401 - the markers dqkm.cli reads
+from .data.serialize import (MODEL_FORMAT_VERSION, load, model_info, pack_model, pack_operator,
+                             save, unpack_model, unpack_operator)
+from .data.stores import check_writable, load_array, open_store, save_array, save_arrays
+from .parallel.data import as_dask_array
+
+__all__ = ["as_dask_array", "save_array", "save_arrays", "load_array", "open_store", "save",
+           "load", "MODEL_FORMAT_VERSION", "check_writable", "model_info", "pack_model",
+           "unpack_model", "pack_operator", "unpack_operator"]

@@ -1,0 +1,15 @@
+"""Sparse (CSR) data as Dask arrays: checks, Zarr CSR groups, sparse blobs (public facade).
+
+A sparse data set is a Dask array chunked along rows whose chunks are
+``scipy.sparse`` CSR matrices (``X._meta`` is a CSR matrix).  The code lives
+in :mod:`dqkm.data.csr` (format, checks, Zarr CSR groups) and
+:mod:`dqkm.data.generators` (:func:`make_sparse_blobs`); this module only
+re-exports it.
+"""
+
+from .data.csr import (CSR_FORMAT_VERSION, as_csr_block, check_sparse, is_csr_store,
+                       is_sparse_dask, load_csr, save_csr, sparse_to_dask)
+from .data.generators import make_sparse_blobs
+
+__all__ = ["is_sparse_dask", "check_sparse", "as_csr_block", "sparse_to_dask", "save_csr",
+           "load_csr", "is_csr_store", "make_sparse_blobs", "CSR_FORMAT_VERSION"]
