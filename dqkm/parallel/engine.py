@@ -111,16 +111,17 @@ def scheduler_lost(client, error) -> bool:
 
     Told by the client's status (no longer ``"running"``: it lost the scheduler
     and is reconnecting or closed) and by the error's type: a closed comm, or
-    the plain ``OSError`` that a failed connect raises from a closed comm or a
-    refused connection.  An error raised by a task (a ``FileNotFoundError``, a
-    ``StoreError``, also one whose message mentions a connection) is not.
+    the plain ``OSError`` that distributed's ``connect`` raises when it gives up,
+    from the ``OSError`` of its last attempt (a refused connection, a timeout, a
+    closed comm).  An error raised by a task (a ``FileNotFoundError``, a
+    ``StoreError``, also one whose message mentions a connection) is not: it
+    reaches the client without its ``__cause__``.
     """
     from distributed.comm import CommClosedError
 
     if client.status != "running" or isinstance(error, CommClosedError):
         return True
-    return type(error) is OSError and isinstance(error.__cause__,
-                                                  (CommClosedError, ConnectionError))
+    return type(error) is OSError and isinstance(error.__cause__, OSError)
 
 
 def compute(*objs):
