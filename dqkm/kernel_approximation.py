@@ -323,7 +323,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _get_state(self):
         """Arrays and scalars for :func:`dqkm.save` (the landmark operator by kind:
         dense rows, sparse factors or Fast-Nyström seeds)."""
-        from .io import pack_operator
+        from .data.serialize import pack_operator
 
         check_is_fitted(self, "normalization_")
         op = self.landmark_operator_
@@ -343,7 +343,7 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return arrays, meta
 
     def _set_state(self, arrays, meta):
-        from .io import unpack_operator
+        from .data.serialize import unpack_operator
 
         kind = meta["operator_kind"]
         self.landmark_operator_ = (np.asarray(arrays["operator"]) if kind == "ndarray"

@@ -144,7 +144,7 @@ class ClusterIndex(BaseEstimator):
         owner = type(self).__name__
         validate_params(self)  # before the fit's passes
         if self.store is not None:
-            from .io import check_writable
+            from .data.stores import check_writable
 
             check_writable(self.store, self.overwrite)
         Xd, _ = self._validate(X, reset=True)
@@ -383,7 +383,8 @@ class ClusterIndex(BaseEstimator):
         unless it is the ``clusterer`` parameter itself), the index's offsets, and
         its rows when it is in memory — a Zarr-backed index is saved as its store's
         location (the rows stay there)."""
-        from .io import _is_url, pack_model
+        from .data.paths import is_url as _is_url
+        from .data.serialize import pack_model
 
         check_is_fitted(self, "index_")
         index = self.index_
@@ -416,7 +417,7 @@ class ClusterIndex(BaseEstimator):
 
     def _set_state(self, arrays, meta):
         from .exceptions import ModelFileError
-        from .io import unpack_model
+        from .data.serialize import unpack_model
         from .parallel.neighbors import InvertedIndex
 
         if meta["clusterer_is_param"]:

@@ -12,7 +12,9 @@ import pytest
 import zarr
 
 import dqkm
-from dqkm import _atomic, io
+from dqkm import io
+from dqkm.data import atomic as _atomic
+from dqkm.data import stores
 from dqkm.exceptions import ModelFileError, StoreError
 from dqkm.kernel_approximation import FactorNystroem
 from dqkm.neighbors import ClusterIndex
@@ -139,7 +141,7 @@ def _interrupt(*args, **kwargs):
 
 
 class _Proxy:
-    """A module as dqkm._atomic sees it, with some functions replaced."""
+    """A module as dqkm.data.atomic sees it, with some functions replaced."""
 
     def __init__(self, module, **replaced):
         self._module, self._replaced = module, replaced
@@ -149,7 +151,7 @@ class _Proxy:
 
 
 class _OsWithInterruptedRenames:
-    """``os`` as dqkm._atomic sees it, with every rename interrupted."""
+    """``os`` as dqkm.data.atomic sees it, with every rename interrupted."""
 
     replace = rename = staticmethod(_interrupt)
 
@@ -182,7 +184,7 @@ def test_interrupt_inside_compute_and_during_cleanup_leaves_nothing(tmp_path, mo
     X = _data(400)
     io.save_array(X, tmp_path / "out.zarr")
     new = da.from_array(X + 1, chunks=(100, -1))
-    monkeypatch.setattr(io, "compute_settled", _interrupt)
+    monkeypatch.setattr(stores, "compute_settled", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         io.save_array(new, tmp_path / "out.zarr", overwrite=True)
     assert os.listdir(tmp_path) == ["out.zarr"]
@@ -207,7 +209,7 @@ def test_interrupted_generate_leaves_nothing(tmp_path, monkeypatch):
     """datasets.make_blobs(path=...) interrupted while writing leaves no hidden entry."""
     from dqkm import datasets
 
-    monkeypatch.setattr(io, "compute_settled", _interrupt)
+    monkeypatch.setattr(stores, "compute_settled", _interrupt)
     with pytest.raises(KeyboardInterrupt):
         datasets.make_blobs(500, 4, centers=3, path=tmp_path / "b.zarr", random_state=0)
     assert os.listdir(tmp_path) == []

@@ -139,3 +139,26 @@ def test_as_dask_array_with_unknown_chunk_sizes_says_how_to_fix_it(axis):
     with pytest.raises(DataError, match=rf"unknown chunk sizes along axis {axis}.*"
                                         r"compute_chunk_sizes"):
         io.as_dask_array(_masked(axis))
+
+
+def test_a_relative_index_store_is_searched_the_same_on_workers_started_elsewhere(
+        data_dir, far_client):
+    """A ClusterIndex written to a relative store path: the index enters the search graph
+    with its absolute path, so workers started in other directories read the same rows."""
+    import os
+
+    from dqkm.neighbors import ClusterIndex
+
+    queries = da.from_array(data_dir[:60], chunks=20)
+    with dask.config.set(scheduler="threads"):
+        km = _fit(data_dir)
+        local = ClusterIndex(km, n_probe=2).fit(data_dir)
+        want_d, want_i = (np.asarray(a) for a in
+                          dask.compute(*local.kneighbors(queries, n_neighbors=4)))
+    far = ClusterIndex(km, n_probe=2, store="index.zarr").fit(da.from_array(data_dir,
+                                                                             chunks=150))
+    assert far.index_.path == os.path.abspath("index.zarr")
+    got_d, got_i = (np.asarray(a) for a in dask.compute(*far.kneighbors(queries,
+                                                                         n_neighbors=4)))
+    np.testing.assert_array_equal(got_i, want_i)
+    np.testing.assert_allclose(got_d, want_d, rtol=1e-12)

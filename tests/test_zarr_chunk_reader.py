@@ -1,4 +1,4 @@
-"""The fast local Zarr reader (dqkm.zarr_chunk_reader) against zarr-python's own reads."""
+"""The fast local Zarr reader (dqkm.data.zarr_reader) against zarr-python's own reads."""
 
 import os
 
@@ -9,7 +9,8 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, TransposeCodec, ZstdCodec
 
 from dqkm import io
-from dqkm.zarr_chunk_reader import local_chunk_reader
+from dqkm.data import zarr_reader
+from dqkm.data.zarr_reader import local_chunk_reader
 
 COMPRESSORS = {"none": None, "zstd": ZstdCodec(level=1), "gzip": GzipCodec(),
                "blosc": BloscCodec()}
@@ -29,7 +30,7 @@ def test_reads_equal_zarr_with_an_edge_chunk(tmp_path, compressor, dtype):
     arr[...] = data
     arr = zarr.open_array(tmp_path / "a.zarr", mode="r")
     assert local_chunk_reader(arr) is not None
-    x = io._from_zarr(arr)
+    x = zarr_reader.from_zarr(arr)
     assert x.chunks == ((250, 250, 250, 250, 3), (7,))
     assert any(name.startswith("zarr-read-") for name in _layers(x))
     out = x.compute()
@@ -56,7 +57,7 @@ def test_group_component_1d_array_and_missing_chunks(tmp_path):
 
 def test_an_empty_array(tmp_path):
     arr = zarr.create_array(tmp_path / "e.zarr", shape=(0, 3), chunks=(4, 3), dtype="f4")
-    x = io._from_zarr(arr)
+    x = zarr_reader.from_zarr(arr)
     assert x.shape == (0, 3) and x.dtype == np.float32
     assert x.compute().shape == (0, 3)
 
@@ -68,7 +69,7 @@ def test_v2_chunk_key_encoding(tmp_path):
     arr[...] = data
     assert os.path.exists(tmp_path / "a.zarr" / "1.0")
     assert local_chunk_reader(arr) is not None
-    np.testing.assert_array_equal(io._from_zarr(arr).compute(), data)
+    np.testing.assert_array_equal(zarr_reader.from_zarr(arr).compute(), data)
 
 
 @pytest.mark.parametrize("case", ["sharded", "feature_chunks", "big_endian", "transpose",
@@ -91,7 +92,7 @@ def test_everything_else_falls_back_to_zarr(tmp_path, case):
     chunks = 8 if case == "other_row_chunks" else None
     with dask.config.set({"dqkm.fast-zarr-read": case != "switched_off"}):
         assert local_chunk_reader(arr, chunks) is None
-        x = io._from_zarr(arr, chunks)
+        x = zarr_reader.from_zarr(arr, chunks)
     assert not any(name.startswith("zarr-read-") for name in _layers(x))
     np.testing.assert_array_equal(x.compute(), data)
 
@@ -103,7 +104,7 @@ def test_a_truncated_chunk_file_is_an_error_not_garbage(tmp_path):
     path = tmp_path / "a.zarr" / "c" / "1" / "0"
     path.write_bytes(path.read_bytes()[:-8])
     with pytest.raises(OSError, match="holds 7 values; expected 8"):
-        io._from_zarr(arr).compute()
+        zarr_reader.from_zarr(arr).compute()
 
 
 def test_dataset_generated_store_is_read_fast_on_a_local_cluster(tmp_path):
@@ -144,15 +145,13 @@ def test_a_damaged_chunk_is_a_store_error_naming_store_and_chunk(tmp_path, compr
     path.write_bytes(b"" if damage == "empty" else _encoded(compressor, data[20:25].copy()))
     arr = zarr.open_array(tmp_path / "d.zarr", mode="r")
     assert local_chunk_reader(arr) is not None
-    x = io._from_zarr(arr)
+    x = zarr_reader.from_zarr(arr)
     np.testing.assert_array_equal(x[:20].compute(), data[:20])  # the other chunks read
     with pytest.raises(StoreError, match=r"Chunk 2 of the Zarr array '.*d\.zarr'.*damaged"):
         x.compute()
 
 
 def test_a_failure_while_deciding_falls_back_to_zarr_python(tmp_path, monkeypatch):
-    from dqkm import zarr_chunk_reader
-
     data = np.arange(40.0).reshape(20, 2)
     arr = zarr.create_array(tmp_path / "a.zarr", shape=data.shape, chunks=(5, 2), dtype="f8",
                             compressors=ZstdCodec(level=1))
@@ -161,9 +160,9 @@ def test_a_failure_while_deciding_falls_back_to_zarr_python(tmp_path, monkeypatc
     def unexpected(codec):
         raise RuntimeError("a zarr-python layout this reader does not know")
 
-    monkeypatch.setattr(zarr_chunk_reader, "_decoder", unexpected)
+    monkeypatch.setattr(zarr_reader, "_decoder", unexpected)
     assert local_chunk_reader(arr) is None
-    x = io._from_zarr(arr)
+    x = zarr_reader.from_zarr(arr)
     assert not any(name.startswith("zarr-read-") for name in _layers(x))
     np.testing.assert_array_equal(x.compute(), data)
 
@@ -174,9 +173,9 @@ def test_a_relative_zarr_array_enters_the_graph_as_an_absolute_path(tmp_path, mo
     zarr.create_array("r.zarr", shape=data.shape, chunks=(5, 2), dtype="f8")[...] = data
     arr = zarr.open_array("r.zarr", mode="r")
     assert local_chunk_reader(arr).directory == str(tmp_path / "r.zarr")
-    fast = io._from_zarr(arr)
+    fast = zarr_reader.from_zarr(arr)
     with dask.config.set({"dqkm.fast-zarr-read": False}):
-        slow = io._from_zarr(arr)
+        slow = zarr_reader.from_zarr(arr)
     monkeypatch.chdir(tmp_path.parent)  # as a worker started elsewhere
     np.testing.assert_array_equal(fast.compute(), data)
     np.testing.assert_array_equal(slow.compute(), data)
@@ -197,11 +196,11 @@ def test_a_zstd_frame_without_its_size_is_counted_after_decoding(tmp_path):
     arr[...] = data
     path = tmp_path / "z.zarr" / "c" / "1" / "0"
     path.write_bytes(_zstd_frame_without_content_size(data[10:20].tobytes()))
-    np.testing.assert_array_equal(io._from_zarr(arr).compute(), data)  # whole: read
+    np.testing.assert_array_equal(zarr_reader.from_zarr(arr).compute(), data)  # whole: read
     path.write_bytes(_zstd_frame_without_content_size(data[10:15].tobytes()))
     with pytest.raises(StoreError, match=r"Chunk 1 of the Zarr array .*z\.zarr.*decoding to "
                                          r"80 bytes; expected 20 values"):
-        io._from_zarr(arr).compute()
+        zarr_reader.from_zarr(arr).compute()
 
 
 def test_a_damaged_chunk_read_by_zarr_python_is_a_store_error(tmp_path):
@@ -212,7 +211,7 @@ def test_a_damaged_chunk_read_by_zarr_python_is_a_store_error(tmp_path):
                             compressors=ZstdCodec(level=1))  # chunked along features too
     arr[...] = data
     (tmp_path / "f.zarr" / "c" / "1" / "1").write_bytes(b"")
-    x = io._from_zarr(arr)
+    x = zarr_reader.from_zarr(arr)
     assert local_chunk_reader(arr) is None
     np.testing.assert_array_equal(x[:10].compute(), data[:10])
     with pytest.raises(StoreError, match=r"Rows 10:20 of the Zarr array '.*f\.zarr'.*damaged"):

@@ -14,9 +14,6 @@ from ..parallel.data import to_dask
 
 __all__ = ["DqkmClusterer", "check_n_features", "is_lazy", "validate_input"]
 
-# Format version of saved models (dqkm.save / dqkm.load).
-MODEL_FORMAT_VERSION = 1
-
 
 def is_lazy(X) -> bool:
     """True for inputs that stay out of core: Dask arrays and Zarr arrays."""

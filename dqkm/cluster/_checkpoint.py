@@ -51,8 +51,8 @@ __all__ = ["Checkpoint", "CheckpointError", "CheckpointLock", "CheckpointMismatc
            "IGNORED_PARAMS", "LOCK_NAME"]
 
 # 3: the fit driver's layout (run and iteration stored apart; groups of runs after the
-# first named ``run-NNN-iter-NNNNNN``).
-CHECKPOINT_FORMAT_VERSION = 3
+# first named ``run-NNN-iter-NNNNNN``); the version lives in the format registry.
+from ..data.formats import CHECKPOINT_FORMAT_VERSION  # noqa: E402
 _FILES = "dqkm-files.json"
 
 #: Constructor parameters left out of every checkpoint identity because they

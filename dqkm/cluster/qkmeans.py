@@ -9,7 +9,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ..io import pack_operator, unpack_operator
+from ..data.serialize import pack_operator, unpack_operator
 from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans_step
 from .._validation import Interval, Options, check_value, validate_params
 from .kmeans import KMeans, LloydAlgorithm

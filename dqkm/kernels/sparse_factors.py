@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 import threading
 
 import numpy as np
 import scipy.sparse as sp
 
+from ..data.formats import SPARSE_FACTORS_FORMAT_NAME as FORMAT_NAME
+from ..data.formats import SPARSE_FACTORS_FORMAT_VERSION as FORMAT_VERSION
+from ..data.npz import read_arrays, write_arrays
 from ._factor_apply import (apply_rows_parallel, apply_rows_serial, argmin_rows_parallel,
                             argmin_rows_serial, choose_tile)
 
 __all__ = ["SparseFactors"]
 
-FORMAT_NAME = "dqkm.SparseFactors"
-FORMAT_VERSION = 1
 _METHODS = ("auto", "numba", "scipy")
 # apply_rows with more than one thread: a numba parallel region per call.
 # Calls from several Python threads are serialised (each already uses all the
@@ -517,14 +517,9 @@ class SparseFactors:
         ``path`` is a filename (used as given, no suffix added) or a binary
         file object.
         """
-        if isinstance(path, (str, os.PathLike)):
-            with open(path, "wb") as f:
-                np.savez(f, **self.to_arrays())
-        else:
-            np.savez(path, **self.to_arrays())
+        write_arrays(path, self.to_arrays())
 
     @classmethod
     def load(cls, path):
         """Read a file written by :meth:`save` (``allow_pickle=False``)."""
-        with np.load(path, allow_pickle=False) as z:
-            return cls.from_arrays({k: z[k] for k in z.files}, source=path)
+        return cls.from_arrays(read_arrays(path), source=path)

@@ -1,33 +1,29 @@
-"""Turning in-memory or Zarr-backed arrays into row-chunked Dask arrays."""
+"""Turning in-memory, sparse or Zarr-backed input into row-chunked Dask arrays.
+
+* :func:`to_dask` — NumPy, Dask or a zarr.Array → a Dask array chunked along rows.
+* :func:`as_dask_array` — any input dqkm reads (also a store path or URL, and
+  sparse data) → a 2-D float Dask array chunked along rows.
+
+The chunk arithmetic lives in :mod:`dqkm.data.chunks` and the stores in
+:mod:`dqkm.data.stores`; the names used from there are re-exported here.
+"""
 
 from __future__ import annotations
 
-import math
+import os
 import uuid
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
-from ..exceptions import DataError
-from ..zarr_chunk_reader import from_zarr
-from .engine import cpu_count
+from ..data.chunks import SMALL_RECHUNK_BYTES, auto_row_chunks, check_known_chunks
+from ..data.csr import check_sparse, sparse_to_dask
+from ..data.stores import load_array
+from ..data.zarr_reader import from_zarr
 
-__all__ = ["auto_row_chunks", "check_known_chunks", "to_dask", "SMALL_RECHUNK_BYTES"]
-
-# A feature-chunked array at most this large is rechunked silently; larger ones
-# are rejected with the rechunk call to run (rechunking moves the whole array).
-SMALL_RECHUNK_BYTES = 256 * 2**20
-_TARGET_CHUNK_BYTES = 64 * 2**20
-
-
-def auto_row_chunks(n_samples: int, n_features: int, itemsize: int = 4) -> int:
-    """Rows per chunk: about 64 MB per chunk, and at least 2 chunks per core when
-    the data is large enough that splitting pays (≥ 4096 rows per chunk)."""
-    rows = max(1, _TARGET_CHUNK_BYTES // max(1, n_features * itemsize))
-    per_core = math.ceil(n_samples / (2 * cpu_count()))
-    if per_core >= 4096:
-        rows = min(rows, per_core)
-    return int(max(1, min(rows, n_samples)))
+__all__ = ["auto_row_chunks", "check_known_chunks", "to_dask", "as_dask_array",
+           "SMALL_RECHUNK_BYTES"]
 
 
 def _row_views(X: np.ndarray, chunks) -> da.Array:
@@ -39,30 +35,13 @@ def _row_views(X: np.ndarray, chunks) -> da.Array:
     made it, neither is needed.
     """
     rows = da.core.normalize_chunks((chunks, -1), X.shape, dtype=X.dtype)
+    # Unique per call, not dask.base.tokenize: a deterministic name needs the hash of
+    # the data, the very cost these views avoid; and the memory's address may hold other
+    # values later, so it cannot name the data either.
     name = f"dqkm-rows-{uuid.uuid4().hex}"
     bounds = np.concatenate([[0], np.cumsum(rows[0])])
     dsk = {(name, i, 0): X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))}
     return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
-
-
-def check_known_chunks(X: da.Array, name="X") -> da.Array:
-    """Raise :class:`~dqkm.exceptions.DataError` if a chunk size of ``X`` is unknown.
-
-    Dask does not know the chunk sizes of an array after boolean masking
-    (``X[X[:, 0] > 0]``) or from ``ddf.values``; every dqkm pass needs them
-    (to lay out its blocks and results), so such input is refused up front
-    with the call that computes them.
-    """
-    for axis, sizes in enumerate(X.chunks):
-        if any(math.isnan(s) for s in sizes):
-            what = "rows" if axis == 0 else "features"
-            raise DataError(
-                f"{name} has unknown chunk sizes along axis {axis} ({what}; shape "
-                f"{X.shape}), as after boolean masking or DataFrame.values; dqkm needs them "
-                f"to plan its passes. Compute them once: {name} = "
-                f"{name}.compute_chunk_sizes() (from a Dask DataFrame, use "
-                "ddf.to_dask_array(lengths=True)).")
-    return X
 
 
 def to_dask(X, chunks=None, *, copy=True) -> da.Array:
@@ -74,7 +53,7 @@ def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     ``rechunk`` call to run.  A Dask array with unknown chunk sizes (NaN, after
     boolean masking) raises :class:`~dqkm.exceptions.DataError` (see
     :func:`check_known_chunks`).  A zarr.Array is read as by
-    :func:`dqkm.zarr_chunk_reader.from_zarr` (absolute local paths).  With
+    :func:`dqkm.data.zarr_reader.from_zarr` (absolute local paths).  With
     ``copy=False`` a 2-D NumPy array's blocks are views of it (for callers
     that finish with the array before returning: the caller must not change
     X while the result is in use).
@@ -101,3 +80,59 @@ def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     if not copy and type(X) is np.ndarray:
         return _row_views(X, chunks)
     return da.from_array(X, chunks=(chunks, -1))
+
+
+def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da.Array:
+    """X as a 2-D float Dask array chunked along rows only.
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix, Dask array, zarr.Array, or str/PathLike
+        A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
+        array, to a group (its array ``component``, default ``"X"``) or to a
+        CSR group (:mod:`dqkm.sparse`).  Sparse input (CSR, COO) stays sparse:
+        a Dask array of CSR chunks.
+    chunks : int or tuple, optional
+        Rows per chunk.  Default: the store's row chunks, or ~64 MB chunks
+        for in-memory data.
+
+    Returns
+    -------
+    dask.array.Array of shape (n_samples, n_features), float32 or float64
+        float32/float64 input keeps its dtype; other real dtypes become float64.
+
+    Raises
+    ------
+    ValueError
+        Not 2-D, or a large Dask array chunked along features (the message
+        shows the ``rechunk`` call).
+    TypeError
+        Non-numeric data.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.io import as_dask_array
+    >>> X = as_dask_array(np.zeros((10, 3), np.float32), chunks=4)
+    >>> X.chunks
+    ((4, 4, 2), (3,))
+    """
+    if isinstance(X, (str, os.PathLike)):
+        Xd = load_array(X, component, chunks=chunks, storage_options=storage_options)
+    elif sp.issparse(X):
+        Xd = sparse_to_dask(X, chunks)
+    elif isinstance(X, da.Array) and sp.issparse(X._meta):
+        Xd = check_sparse(X, "as_dask_array")
+        Xd = Xd if chunks is None else Xd.rechunk({0: chunks})
+    elif type(X).__module__.startswith("zarr"):
+        Xd = from_zarr(X, chunks)
+    else:
+        Xd = to_dask(X, chunks=chunks)
+    if Xd.ndim != 2:
+        raise ValueError(f"Expected a 2-D array (n_samples, n_features); got {Xd.ndim}-D with "
+                         f"shape {Xd.shape}. Reshape your data, e.g. X.reshape(-1, 1).")
+    if Xd.dtype.kind not in "fiub":
+        raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+    if Xd.dtype not in (np.float32, np.float64):
+        Xd = Xd.astype(np.float64)
+    return to_dask(Xd)

@@ -13,20 +13,25 @@ builds Dask graphs.  It holds no algorithm of its own.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import inspect
 import logging
-import os
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
+import psutil
+from dask.base import tokenize
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import List, Task, TaskRef
+
+from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
+                            show_progress)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,7 @@ __all__ = [
     "broadcast",
     "compute",
     "compute_settled",
+    "cpu_count",
     "map_blocks_reduce",
     "map_rows",
     "maybe_persist",
@@ -48,39 +54,6 @@ __all__ = [
 ]
 
 DEFAULT_SPLIT_EVERY = 8
-
-_PROGRESS = {"enabled": False}
-
-
-@contextlib.contextmanager
-def progress(enabled: bool = True):
-    """Show a progress bar for every pass over the data inside this block.
-
-    Works with the threaded scheduler (``dask.diagnostics.ProgressBar``) and
-    with a ``distributed.Client`` (``distributed.progress``: a text bar in a
-    terminal, a widget in Jupyter).
-    """
-    old = _PROGRESS["enabled"]
-    _PROGRESS["enabled"] = bool(enabled)
-    try:
-        yield
-    finally:
-        _PROGRESS["enabled"] = old
-
-
-def active_client():
-    """The default ``distributed.Client`` if one is active and in use, else None."""
-    if dask.config.get("scheduler", None) not in (None, "dask.distributed", "distributed"):
-        return None
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
-    try:
-        return default_client()
-    except ValueError:
-        return None
-
 
 def _blas_limit_context():
     """Limit BLAS to one thread while local threads run the blocks.
@@ -129,27 +102,26 @@ def driver_blas():
     return one_blas_thread()
 
 
-def _show_progress(futures):
-    """distributed's progress bar (text in a terminal, widget in Jupyter), if enabled."""
-    if _PROGRESS["enabled"]:
-        from distributed import progress as dist_progress
-
-        dist_progress(futures)
-
-
-def _local_progress():
-    """dask's ProgressBar on stderr for the local schedulers, if enabled."""
-    if not _PROGRESS["enabled"]:
-        return contextlib.nullcontext()
-    import sys
-
-    from dask.diagnostics import ProgressBar
-
-    return ProgressBar(out=sys.stderr)
-
-
 class SchedulerLostError(RuntimeError):
     """The connection to the Dask scheduler was lost during a pass."""
+
+
+def scheduler_lost(client, error) -> bool:
+    """Whether ``error``, raised while ``client`` gathered a pass, means the scheduler is gone.
+
+    Told by the client's status (no longer ``"running"``: it lost the scheduler
+    and is reconnecting or closed) and by the error's type: a closed comm, or
+    the plain ``OSError`` that distributed's ``connect`` raises when it gives up,
+    from the ``OSError`` of its last attempt (a refused connection, a timeout, a
+    closed comm).  An error raised by a task (a ``FileNotFoundError``, a
+    ``StoreError``, also one whose message mentions a connection) is not: it
+    reaches the client without its ``__cause__``.
+    """
+    from distributed.comm import CommClosedError
+
+    if client.status != "running" or isinstance(error, CommClosedError):
+        return True
+    return type(error) is OSError and isinstance(error.__cause__, OSError)
 
 
 def compute(*objs):
@@ -160,48 +132,27 @@ def compute(*objs):
     """
     client = active_client()
     if client is not None:
-        import concurrent.futures
-
         try:
             futures = client.compute(list(objs))
-            _show_progress(futures)
+            show_progress(futures)
             return tuple(client.gather(futures))
         except (concurrent.futures.CancelledError, OSError) as e:
-            if client.status == "running" and "connection" not in str(e):
+            if not scheduler_lost(client, e):
                 raise
             raise SchedulerLostError(
                 f"lost the connection to the Dask scheduler {client.scheduler.address} "
                 f"during a pass ({type(e).__name__}: {e}).") from e
-    with _blas_limit_context(), _local_progress():
+    with _blas_limit_context(), local_progress():
         return dask.compute(*objs)
 
 
-def compute_settled(*objs):
-    """Compute ``objs`` (e.g. stores to Zarr); on failure, return only after every
-    task already running has ended.
-
-    A scheduler raises at the first failed task while other blocks may still
-    be writing; cleaning up a temporary store before they finish would let
-    them recreate part of it.  Used by the atomic writers in :mod:`dqkm.io`.
-    """
-    client = active_client()
-    if client is not None:
-        from distributed import wait
-
-        futures = client.compute(list(objs))
-        _show_progress(futures)
-        wait(futures)
-        return tuple(client.gather(futures))
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(cpu_count()) as pool:  # leaving the block joins every task
-        with _local_progress():
-            return dask.compute(*objs, scheduler="threads", pool=pool)
-
-
 def broadcast(obj: Any, name: str = "state") -> Delayed:
-    """Put ``obj`` in the graph once, as a single key all blocks depend on."""
-    return delayed(obj, name=f"dqkm-{name}-{uuid.uuid4().hex}", traverse=False)
+    """Put ``obj`` in the graph once, as a single key all blocks depend on.
+
+    The key is ``dask.base.tokenize`` of ``obj``: the same state gets the same
+    key (an object tokenizes by its ``__dask_tokenize__`` where it has one).
+    """
+    return delayed(obj, name=f"dqkm-{name}-{tokenize(obj)}", traverse=False)
 
 
 def block_offsets(chunks: Sequence[int]) -> np.ndarray:
@@ -267,7 +218,7 @@ def tree_reduce(parts: list, combine: Callable, split_every: int = DEFAULT_SPLIT
     _check_tree(split_every, len(parts))
     if len(parts) == 1:
         return parts[0]
-    layer_name = f"dqkm-{name}-{uuid.uuid4().hex[:12]}"
+    layer_name = f"dqkm-{name}-{tokenize(combine, [p.key for p in parts], split_every)}"
     layer: dict = {}
     root = _tree_tasks(layer, [p.key for p in parts], combine, split_every, layer_name)
     return _delayed_from_layer(layer, root, layer_name, list(parts))
@@ -305,13 +256,14 @@ def map_blocks_reduce(
     split_every = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
     blocks = _row_blocks(X)
     offsets = block_offsets(X.chunks[0])
-    layer_name = f"dqkm-{name}-{uuid.uuid4().hex[:12]}"
     for a in args:
         if dask.is_dask_collection(a) and not isinstance(a, Delayed):
             raise TypeError(f"map_blocks_reduce takes broadcast (Delayed) state or plain "
                             f"constants as args; got a {type(a).__name__}. Wrap it with "
                             "broadcast() after computing it.")
     states = [a for a in args if isinstance(a, Delayed)]
+    layer_name = f"dqkm-{name}-" + tokenize(X.name, chunk, combine, aggregate, args,
+                                            split_every, with_offsets)
     # broadcast state by reference (one key), small constants inline, as delayed does
     task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
     layer: dict = {}
@@ -351,7 +303,7 @@ def map_rows(X: da.Array, func: Callable, *args, dtype, name: str = "rows") -> d
     extra = [a for arg in args for a in (arg, None)]
     return da.blockwise(_call_on_block, "i", X, "ij", func, None, *extra, concatenate=False,
                         dtype=dtype, meta=np.empty((0,), dtype=dtype),
-                        name=f"dqkm-{name}-{uuid.uuid4().hex}")
+                        name=f"dqkm-{name}-{tokenize(X.name, func, args)}")
 
 
 def sum_partials(parts: list):
@@ -370,8 +322,6 @@ def sum_partials(parts: list):
 def scheduler_workers(client) -> dict:
     """Every worker's info from the scheduler (newer ``distributed`` lists only 5
     unless asked for all with ``n_workers=-1``)."""
-    import inspect
-
     params = inspect.signature(client.scheduler_info).parameters
     info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
     return info["workers"]
@@ -379,8 +329,6 @@ def scheduler_workers(client) -> dict:
 
 def driver_memory_bytes() -> float:
     """Memory available to this (the driver's) process now."""
-    import psutil
-
     return float(psutil.virtual_memory().available)
 
 
@@ -426,6 +374,3 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
             X = X.persist()
     return X, True
 
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1

@@ -24,8 +24,12 @@ import uuid
 import dask
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 
-from .engine import broadcast, compute, map_rows
+from ..data.index_store import (INDEX_FORMAT_VERSION, open_index_arrays, read_index_meta,
+                                write_index_store)
+from ..kernels.cluster_search import pruning_gammas, tile_topk
+from .engine import broadcast, compute, cpu_count, map_rows
 from .finite import check_block, map_rows_at
 from .shuffle import permute_rows, remove_spill, spill_directory
 
@@ -33,7 +37,6 @@ __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem
            "landmark_products", "kernel_from_products", "center_sq_distances", "query_block_rows",
            "INDEX_FORMAT_VERSION"]
 
-INDEX_FORMAT_VERSION = 1
 _TILE_ROWS = 4096          # rows of one cluster compared with the queries at once
 _ZARR_CHUNK_BYTES = 1 << 20  # ~1 MB Zarr chunks: a probed cluster reads little more than itself
 
@@ -45,14 +48,22 @@ class InvertedIndex:
     Either in memory (``X``, ``ids``, ``sq_norms``) or in the Zarr group at
     ``path`` (arrays ``X``, ``ids``, ``sq_norms``, ``offsets``); ``offsets`` is
     always held in memory (K + 1 integers).  Pickles small when Zarr-backed:
-    a task opens the store itself.
+    a task opens the store itself, at its absolute ``path``.  Its Dask token
+    is its ``uid`` (a store's: written once by :func:`build_index`; an
+    in-memory index's: its own), so broadcasting it never hashes its rows.
     """
 
     def __init__(self, offsets, *, X=None, ids=None, sq_norms=None, path=None, uid=None):
         self.offsets = np.asarray(offsets, dtype=np.int64)
-        self.X, self.ids, self.sq_norms, self.path = X, ids, sq_norms, path
-        self.uid = uid  # a Zarr-backed index's identity, written once by build_index
+        self.X, self.ids, self.sq_norms = X, ids, sq_norms
+        self.path = None if path is None else str(path)
+        # the identity that tokenizes the index; an in-memory one gets its own (unique per
+        # object: hashing its rows for a deterministic token would cost a pass over them)
+        self.uid = uid if uid is not None else uuid.uuid4().hex
         self._group = None
+
+    def __dask_tokenize__(self):
+        return ("dqkm.InvertedIndex", self.path, self.uid)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -74,10 +85,7 @@ class InvertedIndex:
     def _open(self):
         """The Zarr arrays ``(X, ids, sq_norms)``, opened once per process/task."""
         if self._group is None:
-            import zarr
-
-            g = zarr.open_group(str(self.path), mode="r")
-            self._group = (g["X"], g["ids"], g["sq_norms"])
+            self._group = open_index_arrays(self.path)
         return self._group
 
     def cluster(self, c):
@@ -90,15 +98,13 @@ class InvertedIndex:
 
     @classmethod
     def open(cls, path):
-        """Open an index written by :func:`build_index` (checks the format version)."""
-        import zarr
+        """Open an index written by :func:`build_index` (checks the format version).
 
-        g = zarr.open_group(str(path), mode="r")
-        meta = dict(g.attrs.get("dqkm_index", {}))
-        if meta.get("format_version") != INDEX_FORMAT_VERSION:
-            raise ValueError(f"{str(path)!r} is not a dqkm cluster index of format version "
-                             f"{INDEX_FORMAT_VERSION} (found {meta.get('format_version')}).")
-        return cls(np.asarray(g["offsets"][...]), path=str(path), uid=meta.get("uid"))
+        A local ``path`` is kept absolute, so that tasks on workers started in
+        another directory open the same group.
+        """
+        path, offsets, uid = read_index_meta(path)
+        return cls(offsets, path=path, uid=uid)
 
 
 def _sq_norms_block(block):
@@ -142,8 +148,6 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
         Xs = np.ascontiguousarray(compute(_take_rows(Xd, order))[0])
         index = InvertedIndex(offsets, X=Xs, ids=order, sq_norms=_sq_norms_block(Xs))
         return index, extra_sorted
-    from ..io import save_arrays
-
     rows = int(max(1, min(Xd.shape[0], _ZARR_CHUNK_BYTES // max(1, Xd.shape[1] * Xd.itemsize))))
     local = "://" not in str(path)
     spill = spill_directory(path) if local else None
@@ -157,7 +161,9 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
                   "offsets": offsets}
         for k, v in extra_sorted.items():
             arrays[f"extra_{k}"] = v
-        _save_index(save_arrays, arrays, path, overwrite, n_clusters, Xd)
+        path = write_index_store(arrays, path, overwrite=overwrite, n_clusters=n_clusters,
+                                 n_samples=Xd.shape[0], n_features=Xd.shape[1],
+                                 dtype=Xd.dtype)
     finally:
         if spill is not None:
             remove_spill(spill, Xd.numblocks[0])
@@ -167,16 +173,6 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
 def _take_rows(Xd, order):
     with dask.config.set({"array.slicing.split_large_chunks": False}):
         return Xd[order]
-
-
-def _save_index(save_arrays, arrays, path, overwrite, n_clusters, Xd):
-    save_arrays(arrays, path, overwrite=overwrite,
-                attrs={"dqkm_index": {"format_version": INDEX_FORMAT_VERSION,
-                                      "uid": uuid.uuid4().hex,
-                                      "n_clusters": int(n_clusters),
-                                      "n_samples": int(Xd.shape[0]),
-                                      "n_features": int(Xd.shape[1]),
-                                      "dtype": str(Xd.dtype)}})
 
 
 # ============================================================================ search
@@ -318,8 +314,6 @@ def search_block(Q, probes, index, n_neighbors, centers):
         return out
     if not _kernel_dtypes(Q, index):
         return _search_block_numpy(Q, probes, index, n_neighbors, centers)
-    from ..kernels.cluster_search import pruning_gammas, tile_topk
-
     Q = np.ascontiguousarray(Q)
     probes = np.asarray(probes, dtype=np.int64).reshape(m, -1)
     counts = np.diff(index.offsets)
@@ -424,8 +418,6 @@ def query_block_rows(n_queries):
     one thread, the search alone: blocks of 50,000 in 1.18 s, of 16,384 in
     1.46 s, of 4096 in 2.6 s — ``benchmarks/bench_cluster_search.py --block-rows``.)
     """
-    from .engine import cpu_count
-
     return int(min(max(1024, -(-n_queries // cpu_count())), 65536, max(1, n_queries)))
 
 
@@ -455,7 +447,8 @@ def search(Qd, probes, index, n_neighbors, centers):
     probes = probes.rechunk({0: Qd.chunks[0], 1: -1})
     out = da.blockwise(search_block, "io", Qd, "if", probes, "ip", idx, None, k, None,
                        cen, None, new_axes={"o": 2 * k}, concatenate=True, dtype=np.float64,
-                       name=f"dqkm-search-{uuid.uuid4().hex[:12]}")
+                       name="dqkm-search-" + tokenize(Qd.name, probes.name, idx.key, k,
+                                                      cen.key))
     return out[:, :k], out[:, k:].astype(np.int64)
 
 

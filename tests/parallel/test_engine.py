@@ -146,3 +146,48 @@ def test_map_blocks_reduce_rejects_lazy_array_args():
         map_blocks_reduce(X, _chunk, sum_partials, args=(da.ones(3),))
     with pytest.raises(ValueError, match="split_every must be an int >= 2"):
         tree_reduce([broadcast(1.0)], sum_partials, split_every=1)
+
+
+# ------------------------------------------------------------------ keys and lost schedulers
+def test_keys_come_from_the_inputs():
+    """Graphs built twice from the same inputs have the same keys (dask.base.tokenize),
+    and other inputs give other keys."""
+    X = da.from_array(np.arange(40.0).reshape(20, 2), chunks=5)
+    c = broadcast(np.array([1.0, 2.0]), "c")
+    assert broadcast(np.array([1.0, 2.0]), "c").key == c.key
+    assert broadcast(np.array([1.0, 3.0]), "c").key != c.key
+    first = map_blocks_reduce(X, _chunk, sum_partials, args=(c,))
+    again = map_blocks_reduce(X, _chunk, sum_partials, args=(c,))
+    other = map_blocks_reduce(X, _chunk, sum_partials, args=(broadcast(np.ones(2), "c"),))
+    assert first.key == again.key != other.key
+    assert map_rows(X, np.sum, 1, dtype=float).name == map_rows(X, np.sum, 1, dtype=float).name
+    np.testing.assert_allclose(compute(first)[0][0], X.sum(axis=0).compute() * [1.0, 2.0])
+
+
+def _raises_in_task(block):
+    raise FileNotFoundError("no connection to the data share")
+
+
+def test_a_task_error_mentioning_a_connection_is_raised_as_it_is(dist_client):
+    """A fault raised inside a task, whose message happens to mention a connection,
+    reaches the caller as itself: a lost scheduler is told by type and client status,
+    not by the words of a message."""
+    X = da.from_array(np.ones((8, 2)), chunks=4)
+    with pytest.raises(FileNotFoundError, match="no connection to the data share"):
+        compute(map_blocks_reduce(X, _raises_in_task, sum_partials))
+
+
+def test_a_closed_comm_or_failed_connect_is_a_lost_scheduler(dist_client):
+    from distributed.comm import CommClosedError
+
+    from dqkm.parallel.engine import scheduler_lost
+
+    failed_connect = OSError("Timed out trying to connect to tcp://127.0.0.1:1 after 1 s")
+    failed_connect.__cause__ = ConnectionRefusedError("refused")
+    assert scheduler_lost(dist_client, failed_connect)
+    timed_out = OSError("Timed out trying to connect to tcp://127.0.0.1:1 after 1 s")
+    timed_out.__cause__ = TimeoutError()
+    assert scheduler_lost(dist_client, timed_out)
+    assert scheduler_lost(dist_client, CommClosedError("in <TCP (closed)>"))
+    assert not scheduler_lost(dist_client, FileNotFoundError("connection refused"))
+    assert not scheduler_lost(dist_client, OSError("connection reset by a task"))

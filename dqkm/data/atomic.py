@@ -1,4 +1,4 @@
-"""Atomic, exclusive replacement of a file or directory (the writers of :mod:`dqkm.io`).
+"""Atomic, exclusive replacement of a file or directory (every writer of :mod:`dqkm.data`).
 
 A store or model is written under a hidden temporary name beside its target,
 ``.<name>.tmp-<id>``, and then put in place in one step:
@@ -32,7 +32,7 @@ import shutil
 import uuid
 import zipfile
 
-from .exceptions import StoreError
+from ..exceptions import StoreError
 
 __all__ = ["AtomicTarget", "TargetExistsError", "is_replaceable"]
 

@@ -43,14 +43,18 @@ import math
 import os
 import socket
 import sys
-import uuid
 from dataclasses import dataclass
 
 import dask
 import dask.array as da
+import numcodecs
 import numpy as np
+import zarr
+from dask.base import tokenize
+from zarr.codecs import BloscCodec, BytesCodec, GzipCodec, ZstdCodec
+from zarr.storage import LocalStore
 
-from .exceptions import StoreError
+from ..exceptions import StoreError
 
 __all__ = ["LocalChunkReader", "local_chunk_reader", "from_zarr", "local_array_dir",
            "require_store"]
@@ -84,6 +88,23 @@ def require_store(directory, meta_names=("zarr.json",), what="Zarr array"):
         "open it again.")
 
 
+def store_version(directory, meta_names=("zarr.json", ".zarray")):
+    """What tells one write of the array at ``directory`` from another: the inode and
+    modification time of its metadata file (a store rewritten, atomically renamed into
+    place, has a new one); None if there is none.
+
+    Part of the Dask name of a read, so that two reads of one unchanged store share
+    their keys while a rewritten store is never taken for the one it replaced.
+    """
+    for m in meta_names:
+        try:
+            st = os.stat(os.path.join(directory, m))
+        except OSError:
+            continue
+        return (m, st.st_ino, st.st_mtime_ns, st.st_size)
+    return None
+
+
 # ----------------------------------------------------------------------------- decoding
 class _ChunkSizeError(ValueError):
     """A chunk decodes (or would decode) to the wrong number of bytes."""
@@ -107,8 +128,6 @@ def _zstd_content_size(raw):
 
 
 def _decode_zstd(raw, out):
-    import numcodecs
-
     nbytes = out.nbytes
     size = _zstd_content_size(raw)
     if size is None:  # a frame without its size: decode, then count
@@ -138,8 +157,6 @@ def _decode_gzip(raw, out):
 
 
 def _decode_blosc(raw, out):
-    import numcodecs
-
     head = raw[:16].tobytes()
     if len(head) < 16:
         raise _ChunkSizeError(f"{raw.nbytes} bytes, shorter than a blosc header")
@@ -155,8 +172,6 @@ def _decode_blosc(raw, out):
 
 def _decoder(codec):
     """The decode function for a Zarr v3 compressor codec, or None if unsupported."""
-    from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
-
     if isinstance(codec, ZstdCodec):
         return _decode_zstd
     if isinstance(codec, GzipCodec):
@@ -233,19 +248,19 @@ class LocalChunkReader:
         c = self.chunk_shape[0]
         row_chunks = tuple(min(c, n - s) for s in range(0, n, c))
         chunks = (row_chunks,) + tuple((s,) for s in self.shape[1:])
-
-        def block(block_id=None):
-            return self.read(block_id[0])
-
-        return da.map_blocks(block, chunks=chunks, dtype=self.dtype,
+        token = tokenize(self.directory, self.keys, self.shape, self.chunk_shape,
+                         self.dtype.str, self.fill_value,
+                         getattr(self.decoder, "__name__", None), store_version(self.directory))
+        return da.map_blocks(self._block, chunks=chunks, dtype=self.dtype,
                              meta=np.empty((0,) * len(self.shape), dtype=self.dtype),
-                             name=f"zarr-read-{uuid.uuid4().hex}")
+                             name=f"zarr-read-{token}")
+
+    def _block(self, block_id=None):
+        return self.read(block_id[0])
 
 
 def local_array_dir(arr):
     """The absolute directory of a zarr.Array in a local store, or None for other stores."""
-    from zarr.storage import LocalStore
-
     if not isinstance(arr.store, LocalStore):
         return None
     root = os.path.abspath(os.fspath(arr.store.root))
@@ -274,8 +289,6 @@ def local_chunk_reader(arr, chunks=None):
 
 
 def _local_chunk_reader(arr, chunks):
-    from zarr.codecs import BytesCodec
-
     meta = arr.metadata
     if getattr(meta, "zarr_format", None) != 3:
         return None
@@ -344,9 +357,6 @@ class _CheckedLocalArray:
 
 def _absolute(arr):
     """``arr`` reopened on an absolute store root if its local root is relative."""
-    import zarr
-    from zarr.storage import LocalStore
-
     root = os.fspath(arr.store.root)
     if os.path.isabs(root):
         return arr
@@ -382,6 +392,8 @@ def from_zarr(arr, chunks=None) -> da.Array:
         checked = None
     if checked is None:
         return da.from_zarr(arr, chunks=dchunks)
+    token = tokenize(directory, checked.shape, checked.dtype.str, dchunks,
+                     tuple(int(c) for c in arr.chunks), store_version(directory))
     return da.from_array(checked, chunks=dchunks, lock=False, fancy=False,
                          meta=np.empty((0,) * checked.ndim, dtype=checked.dtype),
-                         name=f"zarr-python-read-{uuid.uuid4().hex}")
+                         name=f"zarr-python-read-{token}")

@@ -1,0 +1,89 @@
+"""Spill files of the out-of-core row shuffle (see :mod:`dqkm.parallel.shuffle`).
+
+Phase 1 writes, per input block, its rows sorted by destination and the
+destinations (two ``.npy`` files); phase 2 memory-maps them and copies the
+runs each output block needs. The directory is created next to the store
+being written (it must be visible to every worker, as that store is) and
+removed with only the files named here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+import numpy as np
+
+from ..exceptions import StoreError
+
+__all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block"]
+
+_PART = "part-{:06d}.npy"
+_POS = "pos-{:06d}.npy"
+
+
+def spill_directory(next_to) -> str:
+    """Create an empty spill directory beside the path ``next_to`` (absolute)."""
+    target = os.path.abspath(os.fspath(next_to))
+    parent, base = os.path.split(target.rstrip(os.sep))
+    path = os.path.join(parent, f".{base}.dqkm-shuffle-{uuid.uuid4().hex[:12]}")
+    os.mkdir(path)  # fails if it exists: it is then not ours
+    return path
+
+
+def remove_spill(path, n_blocks) -> None:
+    """Remove the files :func:`permute_rows` writes for ``n_blocks`` blocks, then
+    the directory (only if that leaves it empty: nothing else is deleted)."""
+    for i in range(n_blocks):
+        for name in (_PART.format(i), _POS.format(i), _PART.format(i) + ".tmp",
+                     _POS.format(i) + ".tmp"):
+            try:
+                os.remove(os.path.join(path, name))
+            except FileNotFoundError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _save(path, arr):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, arr, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def spill_block(block, dest, spill, block_id=None):
+    """Phase 1: rows of one input block sorted by destination, written to files."""
+    i = block_id[0]
+    dest = np.asarray(dest, dtype=np.int64).ravel()
+    srt = np.argsort(dest, kind="stable")
+    _save(os.path.join(spill, _PART.format(i)), np.ascontiguousarray(np.asarray(block)[srt]))
+    _save(os.path.join(spill, _POS.format(i)), dest[srt])
+    return np.ones((1, 1), dtype=np.int8)
+
+
+def gather_block(spill, pieces, n_rows, n_features, dtype, lo):
+    """Phase 2: the output rows ``lo:lo + n_rows`` from the spilled runs."""
+    out = np.empty((n_rows, n_features), dtype=dtype)
+    got = np.zeros(n_rows, dtype=bool)
+    for i, a, b in pieces:
+        try:
+            rows = np.load(os.path.join(spill, _PART.format(i)), mmap_mode="r")
+            pos = np.load(os.path.join(spill, _POS.format(i)), mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise _missing(spill, lo, n_rows) from e
+        p = np.asarray(pos[a:b]) - lo
+        out[p] = rows[a:b]
+        got[p] = True
+    if not got.all():  # a run file was shorter than planned: never return unset rows
+        raise _missing(spill, lo, n_rows)
+    return out
+
+
+def _missing(spill, lo, n_rows):
+    return StoreError(f"dqkm shuffle: the spill directory {spill!r} lacks the rows for output "
+                      f"rows {lo}..{lo + n_rows} on worker host {socket.gethostname()}; was it "
+                      "removed, or is it not on a filesystem every worker shares?")
