@@ -136,6 +136,10 @@ class IterativeAlgorithm(ABC):
         """The resumed state completed from what :meth:`save_extra` wrote."""
         return state
 
+    def describe_saved(self, run, iteration):
+        """How the message of a lost scheduler names the checkpoint's latest state."""
+        return f"iteration {iteration} of run {run + 1}"
+
     checkpoint_optional: tuple = ()
     """Glob patterns of state-group directories the loader does without."""
 
@@ -179,6 +183,9 @@ class Composed(IterativeAlgorithm):
 
     def load_extra(self, state, directory):
         return self.inner.load_extra(state, directory)
+
+    def describe_saved(self, run, iteration):
+        return self.inner.describe_saved(run, iteration)
 
 
 def stored_identity(checkpoint):
@@ -237,7 +244,7 @@ class _Fit:
     def _lost(self, error):
         saved = None
         if self.ck is not None and self.saved is not None:
-            saved = f"iteration {self.saved[1]} of run {self.saved[0] + 1}"
+            saved = self.algo.describe_saved(*self.saved)
         return scheduler_lost(self.algo.name, error, self.checkpoint, saved)
 
     def iterate(self, run, state, rng_state, start=0, history=(), tol_abs=None):

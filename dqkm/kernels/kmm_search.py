@@ -5,7 +5,7 @@ The inputs come as named tuples (:class:`RowSide`, :class:`ProtoSide`,
 Each row runs :func:`_first_list` (the seeds, or every prototype for the
 reference), then :func:`_scan` over candidate lists that :func:`_next_list`
 makes from the lower bounds, then :func:`_finish_row`.  The exact distance is
-computed in one place (:func:`_try`), so both solvers run the same machine
+computed in one place (in :func:`_scan`), so both solvers run the same machine
 code and a pair computed by both gets the same bits.
 
 All kernels are pure: inputs are never mutated; buffers written in place are
@@ -182,8 +182,9 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
             _row_dot(rows.F, i, protos.GT, s.fg, 0, m)
         _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv, s.fg,
                   protos.g2, s.dfv, 0, m)
+        cand = s.cand
         for j in range(m):
-            s.cand[j] = j
+            cand[j] = j
         return m, 3
     seeds, seedP = rows.seeds, s.seedP
     given = seeds.shape[1] == K
@@ -200,16 +201,17 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
         for k in range(K):
             seedP[k] = m
         _list_range(rows, protos, rule, pt, s, -np.inf, 0, 0, m)
+        seedD, seedJ, seedE, lbm = s.seedD, s.seedJ, s.seedE, s.lbm
         for k in range(K):
-            s.seedD[k] = np.inf
-            s.seedJ[k] = m
-            s.seedE[k] = 0.0
+            seedD[k] = np.inf
+            seedJ[k] = m
+            seedE[k] = 0.0
         for j in range(m):
-            v = s.lbm[j]
-            if v < s.seedD[K - 1] or (v == s.seedD[K - 1] and j < s.seedJ[K - 1]):
-                _insert(s.seedD, s.seedJ, s.seedE, v, j, 0.0)
+            v = lbm[j]
+            if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
+                _insert(seedD, seedJ, seedE, v, j, 0.0)
         for k in range(K):
-            seedP[k] = s.seedJ[k]
+            seedP[k] = seedJ[k]
     n_seed = 0
     for k in range(K):
         j = seedP[k]
@@ -255,11 +257,12 @@ def _movers(rows, protos, rule, pt, s):
 def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
     """The movers that are not seeds, with their β·D_F; returns their count."""
     n_cand = 0
+    mv_order, seedP = protos.mv_order, s.seedP
     for u in range(n_mv):
-        q = protos.mv_order[u]
+        q = mv_order[u]
         rep = False
         for kk in range(rule.n_keep):
-            rep = rep or s.seedP[kk] == q
+            rep = rep or seedP[kk] == q
         if not rep:
             _df_at(rows, protos, rule, pt, s, q)
             s.cand[n_cand] = q
@@ -281,9 +284,10 @@ def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
     thr = s.topD[rule.n_keep - 1]
     if stage == 1:  # bounds already computed for all m
         n_cand = 0
+        cand, lbm = s.cand, s.lbm
         for jj in range(m):
-            s.cand[n_cand] = jj
-            n_cand += s.lbm[jj] <= thr
+            cand[n_cand] = jj
+            n_cand += lbm[jj] <= thr
         return n_cand, 3, thr, track, False, False
     if stage == 0:
         n_mv, bound = _movers(rows, protos, rule, pt, s)
@@ -302,34 +306,14 @@ def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
 
 # --------------------------------------------------------------------------- scan
 @njit(cache=True, nogil=True, inline="always")
-def _refilter(s, t, n_cand, thr):  # OUT s.cand[t:]
+def _refilter(cand, lbm, t, n_cand, thr):  # OUT cand[t:]
     """Drops the candidates left (from ``t``) whose bound exceeds ``thr``
     (branch-free); returns the new count."""
     kept = t
     for u in range(t, n_cand):
-        s.cand[kept] = s.cand[u]
-        kept += s.lbm[s.cand[u]] <= thr
+        cand[kept] = cand[u]
+        kept += lbm[cand[u]] <= thr
     return kept
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _try(protos, rule, s, p, track):  # OUT s.top*
-    """The exact distance to position ``p`` (the only call of ``_sqdist``) and its
-    place among the K nearest; returns the updated bound on D_E outside them."""
-    K = rule.n_keep
-    m = protos.A.shape[0]
-    topD, topJ, topE = s.topD, s.topJ, s.topE
-    j = protos.perm[p]
-    e = _sqdist(s.xi64, protos.A, p)
-    D = e + s.dfv[p]
-    # the test of _insert, repeated here: calling it costs ~10x more
-    if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
-        if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
-            track = min(track, topE[K - 1] * (1.0 - rule.margin))
-        _insert(topD, topJ, topE, D, j, e)
-    else:
-        track = min(track, e * (1.0 - rule.margin))
-    return track
 
 
 @njit(cache=True, nogil=True)
@@ -337,6 +321,9 @@ def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
     """Exact distances for the candidate lists, one after the other;
     ``(n_exact, track, no_scan, scanned_all)``."""
     K = rule.n_keep
+    m = protos.A.shape[0]
+    A, perm, margin = protos.A, protos.perm, rule.margin  # the hot loop reads locals
+    xi64, dfv, topD, topJ, topE, cand = s.xi64, s.dfv, s.topD, s.topJ, s.topE, s.cand
     t = 0
     n_exact = 0
     thr = -np.inf  # the threshold the current list was made with (seeds: none)
@@ -353,15 +340,26 @@ def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
             if stop:
                 break
             continue
-        if rule.pruned and t >= 32 and (t & (t - 1)) == 0 and s.topD[K - 1] < thr:
+        if rule.pruned and t >= 32 and (t & (t - 1)) == 0 and topD[K - 1] < thr:
             # the K-th D has dropped since the list was made: drop the candidates left
             # whose bound now exceeds it (any threshold >= the final K-th D is safe)
-            thr = s.topD[K - 1]
-            n_cand = _refilter(s, t, n_cand, thr)
+            thr = topD[K - 1]
+            n_cand = _refilter(cand, s.lbm, t, n_cand, thr)
             if t >= n_cand:
                 continue
-        track = _try(protos, rule, s, s.cand[t], track)
+        # the exact distance (the only call of _sqdist) and its place among the K
+        # nearest, written out here: an inlined call costs reference counts per pair
+        p = cand[t]
+        j = perm[p]
+        e = _sqdist(xi64, A, p)
         n_exact += 1
+        D = e + dfv[p]
+        if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
+            if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
+                track = min(track, topE[K - 1] * (1.0 - margin))
+            _insert(topD, topJ, topE, D, j, e)
+        else:
+            track = min(track, e * (1.0 - margin))
         t += 1
     return n_exact, track, no_scan, not (no_scan or stop)
 
@@ -378,8 +376,9 @@ def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT ou
         # every prototype outside the K nearest has D >= the K-th D, and
         # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
         mx = 0.0
+        dfv = s.dfv
         for j in range(m):
-            mx = max(mx, s.dfv[j])
+            mx = max(mx, dfv[j])
         h = topD[K - 1]
         out.low[i] = (h - mx) - rule.margin * (abs(h) + mx)
     for k in range(rule.n_nearest):
@@ -394,12 +393,13 @@ def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT ou
 def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
     """One row: its seeds, the scan and its outputs; returns the exact distances."""
     m = protos.A.shape[0]
+    topD, topJ, topE, xi64, X = s.topD, s.topJ, s.topE, s.xi64, rows.X
     for k in range(rule.n_keep):
-        s.topD[k] = np.inf
-        s.topJ[k] = m
-        s.topE[k] = np.inf
-    for k in range(rows.X.shape[1]):
-        s.xi64[k] = rows.X[i, k]
+        topD[k] = np.inf
+        topJ[k] = m
+        topE[k] = np.inf
+    for k in range(X.shape[1]):
+        xi64[k] = X[i, k]
     ci = rows.pcomp[i]
     pt = _Point(i, ci, rows.pinv[i], rows.f2[i], rows.xtn[i] - rule.margin * rows.xn2[i],
                 rows.xperp[i])
