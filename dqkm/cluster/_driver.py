@@ -122,6 +122,10 @@ class IterativeAlgorithm(ABC):
         """Whether a run stops after ``record``: its shift is at most ``tol_abs``."""
         return record["shift"] <= tol_abs
 
+    def describe_saved(self, run, iteration):
+        """How the message of a lost scheduler names the checkpoint's latest state."""
+        return f"iteration {iteration} of run {run + 1}"
+
     def initial_tol_abs(self):
         """The absolute tolerance known before the first step (None: the first
         step computes it; ``tol == 0`` gives 0)."""
@@ -135,10 +139,6 @@ class IterativeAlgorithm(ABC):
     def load_extra(self, state, directory):
         """The resumed state completed from what :meth:`save_extra` wrote."""
         return state
-
-    def describe_saved(self, run, iteration):
-        """How the message of a lost scheduler names the checkpoint's latest state."""
-        return f"iteration {iteration} of run {run + 1}"
 
     checkpoint_optional: tuple = ()
     """Glob patterns of state-group directories the loader does without."""
@@ -183,9 +183,6 @@ class Composed(IterativeAlgorithm):
 
     def load_extra(self, state, directory):
         return self.inner.load_extra(state, directory)
-
-    def describe_saved(self, run, iteration):
-        return self.inner.describe_saved(run, iteration)
 
 
 def stored_identity(checkpoint):

@@ -78,7 +78,7 @@ class _KMMAlgorithm(IterativeAlgorithm):
     def save_extra(self, state):
         return lambda directory: write_rows(state.rows, directory)
 
-    def load_extra(self, state, directory):
+    def load_extra(self, state, directory, meta=None):
         self.estimator._warn_few_prototypes(state.prototypes.shape[0])
         rows = read_rows(directory, len(state.row_chunks))
         return self.solver.resume(replace(state, rows=rows))
