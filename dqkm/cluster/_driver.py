@@ -122,6 +122,10 @@ class IterativeAlgorithm(ABC):
         """Whether a run stops after ``record``: its shift is at most ``tol_abs``."""
         return record["shift"] <= tol_abs
 
+    def describe_saved(self, run, iteration):
+        """How the message of a lost scheduler names the checkpoint's latest state."""
+        return f"iteration {iteration} of run {run + 1}"
+
     def initial_tol_abs(self):
         """The absolute tolerance known before the first step (None: the first
         step computes it; ``tol == 0`` gives 0)."""
@@ -255,7 +259,7 @@ class _Fit:
     def _lost(self, error):
         saved = None
         if self.ck is not None and self.saved is not None:
-            saved = f"iteration {self.saved[1]} of run {self.saved[0] + 1}"
+            saved = self.algo.describe_saved(*self.saved)
         return scheduler_lost(self.algo.name, error, self.checkpoint, saved)
 
     def iterate(self, run, state, rng, start=0, history=(), tol_abs=None):

@@ -6,25 +6,27 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from dataclasses import replace
 from numbers import Integral
 
 import numpy as np
-from sklearn.utils import check_array, check_random_state
+from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
-from ..parallel.engine import SchedulerLostError, maybe_persist
+from ..parallel.engine import maybe_persist
+from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
-from ..parallel.kmm import (KMMState, describe_row_chunks, kmm, predict_labels,
-                            prototype_distances, read_rows, write_rows)
+from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
+                            prototype_distances)
 from ..parallel.lloyd import sample_rows
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, InvalidParameterError,
                            Options, check_value, validate_params)
 from ._base import DqkmClusterer
-from ..parallel.fingerprint import data_fingerprint
-from ._checkpoint import (CheckpointMismatchError, checkpointing, identity_from_params,
-                          scheduler_lost)
+from ._checkpoint import identity_from_params
+from ._driver import IterativeAlgorithm, run_fit
+from ._kmm_rows import OPTIONAL_ROWS, read_rows, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +34,64 @@ __all__ = ["KMultipleMeans"]
 
 _INIT_OPTIONS = {"random", "k-means++"}
 _SOLVERS = {"fast", "svd"}
-# Arrays of a checkpoint's rows of S that the reader does without when missing entirely
-# (rows written before they existed): the pruned search then seeds itself.
-_OPTIONAL_ROWS = ("rows/*/nxt", "rows/*/keep")
+
+
+class _KMMAlgorithm(IterativeAlgorithm):
+    """K-Multiple-Means for the fit driver: the state is a :class:`KMMState`, one
+    step is one outer iteration (:meth:`KMMSolver.step`); the rows of S are
+    checkpointed by the workers (:mod:`dqkm.cluster._kmm_rows`)."""
+
+    checkpoint_optional = OPTIONAL_ROWS
+
+    def __init__(self, estimator, X, m, rank):
+        self.estimator, self.m, self.rank = estimator, m, rank
+        self.name = type(estimator).__name__
+        self.max_iter, self.tol = estimator.max_iter, 0.0
+        self.solver = KMMSolver(X, KMMConfig(
+            n_clusters=estimator.n_clusters, n_neighbors=estimator.n_neighbors,
+            pruned=estimator.solver == "fast", max_inner_iter=estimator.max_inner_iter,
+            detect_outliers=bool(estimator.detect_outliers), split_every=estimator.split_every,
+            svd_algorithm=estimator.svd_algorithm))
+
+    def identity(self, X):
+        return self.estimator._checkpoint_identity(X, self.m)
+
+    def init_state(self, X, rng):
+        A, mu, V, seeding = self.estimator._initial_prototypes(X, self.m, self.rank, rng)
+        self.estimator._warn_few_prototypes(A.shape[0])
+        return self.solver.init_state(A, mu, V, rng, seeding)
+
+    def step(self, X, state, iteration, tol_abs):
+        state, record = self.solver.step(state, iteration)
+        return state, record, tol_abs
+
+    def converged(self, record, tol_abs):
+        """No row changed its nearest prototype in an outer iteration after the first."""
+        return record["iteration"] > 1 and record["n_changed"] == 0
+
+    def initial_tol_abs(self):
+        return 0.0
+
+    def pack(self, state):
+        return state.pack()
+
+    def unpack(self, arrays):
+        return KMMState.unpack(arrays)
+
+    def save_extra(self, state):
+        return lambda directory: write_rows(state.rows, directory)
+
+    def load_extra(self, state, directory, meta=None):
+        self.estimator._warn_few_prototypes(state.prototypes.shape[0])
+        rows = read_rows(directory, len(state.row_chunks))
+        return self.solver.resume(replace(state, rows=rows))
+
+    def finalize(self, X, result):
+        return result.last_objective
+
+    def describe_saved(self, run, iteration):
+        return f"outer iteration {iteration}"
+
 
 
 class KMultipleMeans(DqkmClusterer):
@@ -248,6 +305,15 @@ class KMultipleMeans(DqkmClusterer):
                              f"{max(c, self.n_neighbors)}. X has too few distinct rows.")
         return A, mu, V, info
 
+    def _warn_few_prototypes(self, m):
+        c, ell = self.n_clusters, self.n_neighbors
+        if c * ell > m:
+            warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {m} "
+                          "prototypes: every point links to n_neighbors prototypes, so a "
+                          "cluster needs at least that many and the graph can hardly split "
+                          "into n_clusters components. Use more prototypes or fewer "
+                          "neighbours.", UserWarning, stacklevel=5)
+
     def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
         """Compute the K-Multiple-Means clustering.
 
@@ -268,9 +334,10 @@ class KMultipleMeans(DqkmClusterer):
             projections.  On a multi-machine cluster the directory must be on
             a filesystem the driver and all workers share, like the Zarr data.
             The path rules, the lock and the identity (every parameter but
-            ``persist``, and ``svd_algorithm`` with ``solver='fast'``; X's
-            shape, dtype, row chunks and fingerprint: one extra pass over X,
-            made only with a checkpoint) are those of :meth:`dqkm.KMeans.fit`.
+            ``persist`` and ``verbose``, and ``svd_algorithm`` with
+            ``solver='fast'``; X's shape, dtype, row chunks and fingerprint:
+            one extra pass over X, made only with a checkpoint) are those of
+            :meth:`dqkm.KMeans.fit`.
         resume : bool, default=False
             Continue from ``checkpoint`` if it holds a state (without redoing
             the initialisation); the result is the same as an uninterrupted fit
@@ -287,97 +354,39 @@ class KMultipleMeans(DqkmClusterer):
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(np.random.SeedSequence(rs.randint(2**31 - 1)))
         Xd, _ = maybe_persist(Xd, self.persist)
-        # The fit holds the checkpoint's lock throughout (released on any exception too).
-        with checkpointing(checkpoint, inputs=X, resume=resume, optional=_OPTIONAL_ROWS,
-                           identity=lambda: self._checkpoint_identity(Xd, m)) as (ck, saved):
-            res, A, seed_info = self._fit_checkpointed(Xd, m, rank, rng, callback, ck, saved,
-                                                       checkpoint)
+        algorithm = _KMMAlgorithm(self, Xd, m, rank)
+        run = run_fit(algorithm, Xd, random_state=self.random_state, verbose=self.verbose,
+                      callback=None if callback is None else (lambda rec, state: callback(rec)),
+                      checkpoint=checkpoint, resume=resume, inputs=X).result
+        state = run.state
+        res = algorithm.solver.result(state, run.n_iter)
         self.prototypes_ = res.prototypes.astype(Xd.dtype)
         self.prototype_labels_ = res.proto_comp
-        self.n_prototypes_ = int(A.shape[0])
+        self.n_prototypes_ = int(state.prototypes.shape[0])
         self.beta_ = res.beta
         self.alpha_ = res.alpha
         self.n_components_ = res.n_components
         self.n_outliers_ = res.n_outliers
-        self.n_iter_ = res.n_iter
-        self.history_ = res.history
-        self.seeding_ = seed_info
+        self.n_iter_ = run.n_iter
+        self.history_ = run.history
+        self.seeding_ = dict(state.seeding)
         self.labels_ = self._output(res.labels, lazy)
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
         return self
 
-    def _fit_checkpointed(self, Xd, m, rank, rng, callback, ck, saved, checkpoint):
-        """The fit from the initial or the resumed state (``saved``), writing ``ck``."""
-        start = None
-        if saved is not None:
-            start, mu, V, seed_info = self._load_checkpoint(ck, Xd, saved)
-            ck.check_max_iter(self.max_iter, start.iteration)
-            A = start.prototypes
-            logger.info("resuming from %s after iteration %d", checkpoint, start.iteration)
-        else:
-            A, mu, V, seed_info = self._initial_prototypes(Xd, m, rank, rng)
-        c, ell = self.n_clusters, self.n_neighbors
-        if c * ell > A.shape[0]:
-            warnings.warn(f"n_clusters * n_neighbors = {c * ell} exceeds the {A.shape[0]} "
-                          "prototypes: every point links to n_neighbors prototypes, so a "
-                          "cluster needs at least that many and the graph can hardly split "
-                          "into n_clusters components. Use more prototypes or fewer "
-                          "neighbours.", UserWarning, stacklevel=3)
-        done = {"iteration": start.iteration if start is not None else 0}
-
-        def on_iteration(state):
-            arrays, meta = state.pack()
-            arrays.update(mu=mu, V=V)
-            meta.update(seeding=seed_info, n_prototypes=int(A.shape[0]))
-            ck.save(state.iteration, arrays, meta,
-                    extra=lambda directory: write_rows(state.rows, directory))
-            done["iteration"] = state.iteration
-
-        try:
-            res = kmm(Xd, A, n_clusters=self.n_clusters, n_neighbors=self.n_neighbors,
-                      solver=self.solver, svd_algorithm=self.svd_algorithm, mu=mu, V=V,
-                      max_iter=self.max_iter,
-                      max_inner_iter=self.max_inner_iter,
-                      detect_outliers=bool(self.detect_outliers), split_every=self.split_every,
-                      rng=rng, callback=callback,
-                      on_iteration=on_iteration if ck is not None else None, start=start)
-        except SchedulerLostError as e:
-            state = (f"outer iteration {done['iteration']}"
-                     if ck is not None and ck.exists() else None)
-            raise scheduler_lost(type(self).__name__, e,
-                                 checkpoint if ck is not None else None, state) from e
-        return res, A, seed_info
-
     def _checkpoint_identity(self, Xd, m):
         """What a checkpoint must match (see :func:`identity_from_params`): every
-        constructor parameter but ``persist`` (and ``svd_algorithm``, which
-        ``solver='fast'`` ignores), the resolved number of prototypes, and X's
-        shape, dtype, row chunks and fingerprint (one extra pass over X, made
-        only when a checkpoint is used)."""
+        constructor parameter but ``persist`` and ``verbose`` (and
+        ``svd_algorithm``, which ``solver='fast'`` ignores), the resolved number
+        of prototypes, and X's shape, dtype, row chunks and fingerprint (one
+        extra pass over X, made only when a checkpoint is used)."""
         ignored = ("svd_algorithm",) if self.solver == "fast" else ()
         return identity_from_params(
             self, Xd, ignored=ignored, n_prototypes=m if isinstance(m, str) else int(m),
             random_state=(self.random_state
                           if isinstance(self.random_state, (int, np.integer)) else None),
             fingerprint=data_fingerprint(Xd, split_every=self.split_every))
-
-    def _load_checkpoint(self, ck, Xd, saved):
-        """``(KMMState, mu, V, seeding)`` from the latest state of ``ck``, ``saved``
-        (its arrays and metadata, checked by ``ck.load``)."""
-        arrays, meta = saved
-        chunks = tuple(int(x) for x in Xd.chunks[0])
-        if tuple(meta["row_chunks"]) != chunks:
-            raise CheckpointMismatchError(
-                f"checkpoint {ck.path!r} holds the rows of S for X in "
-                f"{describe_row_chunks(meta['row_chunks'])}, but this X is in "
-                f"{describe_row_chunks(chunks)}; refusing to mix them. Give X in the same row "
-                "chunks, or use another checkpoint path or resume=False to start over.")
-        rows = read_rows(ck.latest_path(), len(chunks))
-        state = KMMState.unpack(arrays, meta, rows)
-        return state, arrays["mu"], arrays["V"], dict(meta["seeding"])
 
     def fit_predict(self, X, y=None, **kwargs):
         """Fit on X and return the cluster of each of its rows.

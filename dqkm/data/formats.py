@@ -37,7 +37,7 @@ FORMATS = {
     "csr": Format("csr", 1),
     "sparse_factors": Format("dqkm.SparseFactors", 1),
     "cluster_index": Format("dqkm.ClusterIndex", 1),
-    "checkpoint": Format("dqkm.checkpoint", 2),
+    "checkpoint": Format("dqkm.checkpoint", 3),  # 3: the fit driver's layout
 }
 
 

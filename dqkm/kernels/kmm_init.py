@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .kmm import LB_MARGIN, project
+from .kmm_distances import LB_MARGIN, project
 
 __all__ = ["SeedingResult", "svd_basis", "kmeanspp_pruned", "OUTLIER_SIGMAS", "outlier_threshold",
            "outlier_mask"]

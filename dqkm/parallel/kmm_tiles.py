@@ -3,7 +3,7 @@
 A KMM chunk task keeps its rows of S (and their companions) for the next
 pass, and needs per row, while it runs, float64 copies of the row, its
 rank-d′ projection, its l + 1 (F-KMM: K) nearest distances and its rows of F.
-:func:`dqkm.parallel.kmm._kmm_chunk` runs the rows in tiles of
+:func:`dqkm.kernels.kmm_step.chunk_pass` runs the rows in tiles of
 :data:`dqkm.kernels.tiles.TILE_BYTES`, so the temporaries are one tile's
 (O(tile × (d + K + c))) and only the kept per-row state grows with the
 chunk; the prototype side (the m prototypes, their projections and sides of
@@ -20,37 +20,7 @@ import numpy as np
 
 from ..kernels.tiles import TILE_BYTES
 
-__all__ = ["slice_rows", "concat_rows", "KMMMemory", "kmm_memory"]
-
-
-def slice_rows(rows, lo, hi):
-    """Rows ``lo:hi`` of a chunk's per-row state (a dict of arrays, tuples of arrays
-    and Nones; None stays None)."""
-    if rows is None:
-        return None
-    return {k: _slice(v, lo, hi) for k, v in rows.items()}
-
-
-def _slice(v, lo, hi):
-    if v is None:
-        return None
-    if isinstance(v, tuple):
-        return tuple(_slice(a, lo, hi) for a in v)
-    return v[lo:hi]
-
-
-def concat_rows(parts):
-    """The per-row states of consecutive tiles as one chunk's state."""
-    first = parts[0]
-    return {k: _concat([p[k] for p in parts]) for k in first}
-
-
-def _concat(vs):
-    if vs[0] is None:
-        return None
-    if isinstance(vs[0], tuple):
-        return tuple(_concat([v[j] for v in vs]) for j in range(len(vs[0])))
-    return np.concatenate(vs)
+__all__ = ["KMMMemory", "kmm_memory"]
 
 
 @dataclass(frozen=True)

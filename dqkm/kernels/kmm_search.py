@@ -1,0 +1,440 @@
+"""K-Multiple-Means neighbour search, compiled: the rows of one search, one by one.
+
+The inputs come as named tuples (:class:`RowSide`, :class:`ProtoSide`,
+:class:`SearchRule`) laid out by :func:`dqkm.kernels.kmm_neighbors.neighbor_problem`.
+Each row runs :func:`_first_list` (the seeds, or every prototype for the
+reference), then :func:`_scan` over candidate lists that :func:`_next_list`
+makes from the lower bounds, then :func:`_finish_row`.  The exact distance is
+computed in one place (in :func:`_scan`), so both solvers run the same machine
+code and a pair computed by both gets the same bits.
+
+All kernels are pure: inputs are never mutated; buffers written in place are
+marked ``# OUT``.
+
+References
+----------
+Y. Fujiwara et al., *Efficient Algorithm for K-Multiple-Means*, SIGMOD 2024
+(eqs. 32, 50, 56, 57; Lemma 4.10; Algorithm 3).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .kmm_distances import _bounds_range, _df_one, _df_range, _dot_one, _insert, _row_dot, _sqdist
+
+__all__ = ["ProtoSide", "RowSide", "SearchRule", "Outputs", "neighbors_kernel"]
+
+
+class RowSide(NamedTuple):
+    """The rows' side of a search, one entry per row (read by the compiled kernel).
+
+    ``X`` the rows (float32/64); ``skip`` rows left out; ``pcomp``/``pinv`` the
+    row's component and 1/n_k; ``F``/``f2`` its columns of F and ‖f‖²;
+    ``xt``/``xtn``/``xperp``/``xn2`` its projection (Definition 4.9), ‖x̃‖²,
+    residual norm and ‖x − μ‖²; ``seeds`` (n, K) positions or (n, 0);
+    ``prev_low`` the previous pass's bound on D_E outside the seeds.
+    """
+
+    X: np.ndarray
+    skip: np.ndarray
+    pcomp: np.ndarray
+    pinv: np.ndarray
+    F: np.ndarray
+    f2: np.ndarray
+    xt: np.ndarray
+    xtn: np.ndarray
+    xperp: np.ndarray
+    xn2: np.ndarray
+    seeds: np.ndarray
+    prev_low: np.ndarray
+
+
+class ProtoSide(NamedTuple):
+    """The prototypes' side, in the order ``perm`` (``perm[p]``: the original index
+    of position p).
+
+    ``A`` the prototypes (float64); ``qcomp``/``qinv`` component and 1/n_k;
+    ``GT``/``g2`` their side of F (transposed) and ‖g‖²; ``atT``/``atn``/
+    ``aperp``/``an2`` the projection (transposed) and its norms; with
+    ``comp_lo.size > 0`` the prototypes of component k are the positions
+    [comp_lo[k], comp_hi[k]) and ``cross_min[k]`` bounds from below the
+    point-independent part of D_F to every prototype outside k;
+    ``mv_delta`` the prototypes' moves, descending, at positions ``mv_order``.
+    """
+
+    A: np.ndarray
+    qcomp: np.ndarray
+    qinv: np.ndarray
+    GT: np.ndarray
+    g2: np.ndarray
+    atT: np.ndarray
+    atn: np.ndarray
+    aperp: np.ndarray
+    an2: np.ndarray
+    perm: np.ndarray
+    comp_lo: np.ndarray
+    comp_hi: np.ndarray
+    cross_min: np.ndarray
+    mv_order: np.ndarray
+    mv_delta: np.ndarray
+
+
+class SearchRule(NamedTuple):
+    """The D_F rule (``mode``, ``beta``), the solver (``pruned``), the bound's slack
+    (``margin``), L = l + 1 neighbours and K ≥ L kept."""
+
+    mode: int
+    beta: float
+    pruned: bool
+    margin: float
+    n_nearest: int
+    n_keep: int
+
+
+class _Point(NamedTuple):
+    """One row's constants: its index, component, 1/n_k, ‖f‖², its ‖x̃‖² less the
+    slack, and its residual norm."""
+
+    i: int
+    ci: int
+    pi: float
+    f2i: float
+    xi: float
+    xp: float
+
+
+class _Scratch(NamedTuple):
+    """Buffers reused row after row: the K nearest so far (D, index, D_E), the
+    seeds, the row in float64, and per prototype x̃·ã, f·g, the bound, β·D_F and
+    the candidate list."""
+
+    topD: np.ndarray
+    topJ: np.ndarray
+    topE: np.ndarray
+    seedD: np.ndarray
+    seedJ: np.ndarray
+    seedE: np.ndarray
+    seedP: np.ndarray
+    xi64: np.ndarray
+    xa: np.ndarray
+    fg: np.ndarray
+    lbm: np.ndarray
+    dfv: np.ndarray
+    cand: np.ndarray
+
+
+class Outputs(NamedTuple):
+    """The search's outputs (see :class:`~dqkm.kernels.kmm_neighbors.NeighborResult`)."""
+
+    idx: np.ndarray
+    dist: np.ndarray
+    de: np.ndarray
+    keep: np.ndarray
+    low: np.ndarray
+
+
+# --------------------------------------------------------------------------- lists
+@njit(cache=True, nogil=True, inline="always")
+def _df_at(rows, protos, rule, pt, s, j):  # OUT s.dfv[j]
+    """β·D_F of one prototype: the same operations as a range (same bits)."""
+    use_f = rule.mode == 2 or rule.mode == 3
+    fgj = _dot_one(rows.F, pt.i, protos.GT, j) if use_f else 0.0
+    s.dfv[j] = _df_one(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv,
+                       fgj, protos.g2, j)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _list_range(rows, protos, rule, pt, s, thr, n_cand, lo, hi):  # OUT s.fg, dfv, xa, lbm, cand
+    """β·D_F and the bounds for the positions [lo, hi); appends to ``s.cand`` (from
+    ``n_cand``) those, not seeds, whose bound is ≤ ``thr``; returns the new count."""
+    if hi <= lo:
+        return n_cand
+    if rule.mode == 2 or rule.mode == 3:
+        _row_dot(rows.F, pt.i, protos.GT, s.fg, lo, hi)
+    _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv, s.fg,
+              protos.g2, s.dfv, lo, hi)
+    _row_dot(rows.xt, pt.i, protos.atT, s.xa, lo, hi)
+    _bounds_range(pt.xi, pt.xp, s.xa, protos.atn, protos.aperp, protos.an2, s.dfv, rule.margin,
+                  s.lbm, lo, hi)
+    seedP, lbm, cand = s.seedP, s.lbm, s.cand
+    for k in range(seedP.shape[0]):  # seeds are computed already
+        if lo <= seedP[k] < hi:
+            lbm[seedP[k]] = np.nan  # NaN <= thr is False
+    for j in range(np.uint64(lo), np.uint64(hi)):  # branch-free list
+        cand[n_cand] = j
+        n_cand += lbm[j] <= thr
+    return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _first_list(rows, protos, rule, pt, s):  # OUT s
+    """The first candidate list and its stage: every prototype (reference, stage
+    3), the given seeds (stage 0) or the K smallest bounds (stage 1)."""
+    m = protos.A.shape[0]
+    K = rule.n_keep
+    i = pt.i
+    if not rule.pruned:
+        if rule.mode == 2 or rule.mode == 3:
+            _row_dot(rows.F, i, protos.GT, s.fg, 0, m)
+        _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv, s.fg,
+                  protos.g2, s.dfv, 0, m)
+        cand = s.cand
+        for j in range(m):
+            cand[j] = j
+        return m, 3
+    seeds, seedP = rows.seeds, s.seedP
+    given = seeds.shape[1] == K
+    if given:
+        for k in range(K):
+            if seeds[i, k] < 0 or seeds[i, k] >= m:
+                given = False
+    if given:  # e.g. the previous pass's K nearest: no scan of the m bounds
+        stage = 0
+        for k in range(K):
+            seedP[k] = seeds[i, k]
+    else:  # the K smallest bounds, from all m
+        stage = 1
+        for k in range(K):
+            seedP[k] = m
+        _list_range(rows, protos, rule, pt, s, -np.inf, 0, 0, m)
+        seedD, seedJ, seedE, lbm = s.seedD, s.seedJ, s.seedE, s.lbm
+        for k in range(K):
+            seedD[k] = np.inf
+            seedJ[k] = m
+            seedE[k] = 0.0
+        for j in range(m):
+            v = lbm[j]
+            if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
+                _insert(seedD, seedJ, seedE, v, j, 0.0)
+        for k in range(K):
+            seedP[k] = seedJ[k]
+    n_seed = 0
+    for k in range(K):
+        j = seedP[k]
+        rep = j >= m
+        for kk in range(k):
+            rep = rep or seedP[kk] == j
+        if not rep:  # a repeated seed is computed once
+            if not given:
+                s.lbm[j] = np.nan  # listed below from lbm: not again
+            s.cand[n_seed] = j
+            n_seed += 1
+            if given:
+                _df_at(rows, protos, rule, pt, s, j)
+    return n_seed, stage
+
+
+@njit(cache=True, nogil=True)
+def _movers(rows, protos, rule, pt, s):
+    """``(n_mv, track)``: the previous bound says every other prototype had D_E ≥ E;
+    moved by δ_j it has √D_E ≥ √E − δ_j, so it can only be among the l + 1 nearest
+    (D ≥ D_E ≤ the (l+1)-th D of the seeds) if δ_j ≥ √E − √thr_L: only those
+    n_mv "movers" need a distance, and ``track`` bounds D_E for the others.
+    n_mv = −1 when the row must scan."""
+    E = rows.prev_low[pt.i]
+    thr_l = s.topD[rule.n_nearest - 1]
+    margin = rule.margin
+    m = protos.A.shape[0]
+    mv_delta = protos.mv_delta
+    if E > 0.0 and E < np.inf and thr_l < np.inf:
+        g = np.sqrt(E) * (1.0 - margin) - np.sqrt(thr_l) * (1.0 + margin)
+        if g > 0.0:
+            n_mv = 0
+            while n_mv < m and mv_delta[n_mv] * (1.0 + margin) >= g:
+                n_mv += 1
+            if 4 * n_mv <= m:
+                d_rest = mv_delta[n_mv] * (1.0 + margin) if n_mv < m else 0.0
+                r = np.sqrt(E) * (1.0 - margin) - d_rest
+                return n_mv, r * r * (1.0 - margin)  # bound for the non-movers
+    return -1, 0.0
+
+
+@njit(cache=True, nogil=True)
+def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
+    """The movers that are not seeds, with their β·D_F; returns their count."""
+    n_cand = 0
+    mv_order, seedP = protos.mv_order, s.seedP
+    for u in range(n_mv):
+        q = mv_order[u]
+        rep = False
+        for kk in range(rule.n_keep):
+            rep = rep or seedP[kk] == q
+        if not rep:
+            _df_at(rows, protos, rule, pt, s, q)
+            s.cand[n_cand] = q
+            n_cand += 1
+    return n_cand
+
+
+@njit(cache=True, nogil=True)
+def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
+    """The list after the current one: ``(n_cand, stage, thr, track, no_scan, stop)``.
+
+    Stage 1 (the K smallest bounds were the seeds): every bound ≤ the K-th D.
+    Stage 0 (given seeds): the movers only if the previous bound allows it
+    (``no_scan``), else the own component's bounds (stage 2 follows when the
+    component is not all). Stage 2: the other components, or ``stop`` when
+    β·(the least D_F to them) alone exceeds the K-th D.
+    """
+    m = protos.A.shape[0]
+    thr = s.topD[rule.n_keep - 1]
+    if stage == 1:  # bounds already computed for all m
+        n_cand = 0
+        cand, lbm = s.cand, s.lbm
+        for jj in range(m):
+            cand[n_cand] = jj
+            n_cand += lbm[jj] <= thr
+        return n_cand, 3, thr, track, False, False
+    if stage == 0:
+        n_mv, bound = _movers(rows, protos, rule, pt, s)
+        if n_mv >= 0:  # no bounds for this list: no re-filter
+            return _movers_list(rows, protos, rule, pt, s, n_mv), 3, -np.inf, bound, True, False
+        n_cand = _list_range(rows, protos, rule, pt, s, thr, 0, lo, hi)
+        return n_cand, (2 if (lo > 0 or hi < m) else 3), thr, track, False, False
+    cross = rule.beta * (0.5 * pt.pi + protos.cross_min[pt.ci]
+                         + (pt.f2i if rule.mode == 2 else 0.0))
+    if cross * (1.0 - rule.margin) > thr:
+        return 0, 3, thr, track, False, True
+    n_cand = _list_range(rows, protos, rule, pt, s, thr, 0, 0, lo)
+    n_cand = _list_range(rows, protos, rule, pt, s, thr, n_cand, hi, m)
+    return n_cand, 3, thr, track, False, False
+
+
+# --------------------------------------------------------------------------- scan
+@njit(cache=True, nogil=True, inline="always")
+def _refilter(cand, lbm, t, n_cand, thr):  # OUT cand[t:]
+    """Drops the candidates left (from ``t``) whose bound exceeds ``thr``
+    (branch-free); returns the new count."""
+    kept = t
+    for u in range(t, n_cand):
+        cand[kept] = cand[u]
+        kept += lbm[cand[u]] <= thr
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
+    """Exact distances for the candidate lists, one after the other;
+    ``(n_exact, track, no_scan, scanned_all)``."""
+    K = rule.n_keep
+    m = protos.A.shape[0]
+    A, perm, margin = protos.A, protos.perm, rule.margin  # the hot loop reads locals
+    xi64, dfv, topD, topJ, topE, cand = s.xi64, s.dfv, s.topD, s.topJ, s.topE, s.cand
+    t = 0
+    n_exact = 0
+    thr = -np.inf  # the threshold the current list was made with (seeds: none)
+    track = np.inf  # rows not scanned: their bound on D_E outside the kept ones
+    no_scan = False
+    stop = False
+    while True:
+        if t >= n_cand:  # the list is done: the next one, or stop
+            if stage == 3:
+                break
+            n_cand, stage, thr, track, no_scan, stop = _next_list(rows, protos, rule, pt, s,
+                                                                  stage, lo, hi, track)
+            t = 0
+            if stop:
+                break
+            continue
+        if rule.pruned and t >= 32 and (t & (t - 1)) == 0 and topD[K - 1] < thr:
+            # the K-th D has dropped since the list was made: drop the candidates left
+            # whose bound now exceeds it (any threshold >= the final K-th D is safe)
+            thr = topD[K - 1]
+            n_cand = _refilter(cand, s.lbm, t, n_cand, thr)
+            if t >= n_cand:
+                continue
+        # the exact distance (the only call of _sqdist) and its place among the K
+        # nearest, written out here: an inlined call costs reference counts per pair
+        p = cand[t]
+        j = perm[p]
+        e = _sqdist(xi64, A, p)
+        n_exact += 1
+        D = e + dfv[p]
+        if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
+            if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
+                track = min(track, topE[K - 1] * (1.0 - margin))
+            _insert(topD, topJ, topE, D, j, e)
+        else:
+            track = min(track, e * (1.0 - margin))
+        t += 1
+    return n_exact, track, no_scan, not (no_scan or stop)
+
+
+@njit(cache=True, nogil=True)
+def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT out[i]
+    """The row's neighbours, kept prototypes and bound on D_E outside them."""
+    m = protos.A.shape[0]
+    K = rule.n_keep
+    topD, topJ = s.topD, s.topJ
+    if no_scan:
+        out.low[i] = track
+    if rule.pruned and scanned_all and topD[K - 1] < np.inf:
+        # every prototype outside the K nearest has D >= the K-th D, and
+        # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
+        mx = 0.0
+        dfv = s.dfv
+        for j in range(m):
+            mx = max(mx, dfv[j])
+        h = topD[K - 1]
+        out.low[i] = (h - mx) - rule.margin * (abs(h) + mx)
+    for k in range(rule.n_nearest):
+        out.idx[i, k] = topJ[k] if topJ[k] < m else -1
+        out.dist[i, k] = topD[k]
+        out.de[i, k] = s.topE[k]
+    for k in range(K):
+        out.keep[i, k] = topJ[k] if topJ[k] < m else -1
+
+
+@njit(cache=True, nogil=True)
+def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
+    """One row: its seeds, the scan and its outputs; returns the exact distances."""
+    m = protos.A.shape[0]
+    topD, topJ, topE, xi64, X = s.topD, s.topJ, s.topE, s.xi64, rows.X
+    for k in range(rule.n_keep):
+        topD[k] = np.inf
+        topJ[k] = m
+        topE[k] = np.inf
+    for k in range(X.shape[1]):
+        xi64[k] = X[i, k]
+    ci = rows.pcomp[i]
+    pt = _Point(i, ci, rows.pinv[i], rows.f2[i], rows.xtn[i] - rule.margin * rows.xn2[i],
+                rows.xperp[i])
+    n_cand, stage = _first_list(rows, protos, rule, pt, s)
+    lo = 0
+    hi = m
+    if protos.comp_lo.shape[0] > 0 and ci >= 0:  # grouped: the own component first
+        lo = protos.comp_lo[ci]
+        hi = protos.comp_hi[ci]
+    n_exact, track, no_scan, scanned_all = _scan(rows, protos, rule, pt, s, n_cand, stage, lo,
+                                                 hi)
+    _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track)
+    return n_exact
+
+
+@njit(cache=True, nogil=True)
+def neighbors_kernel(rows, protos, rule, out):  # OUT out
+    """Every row of ``rows`` (ties and the outputs use the original prototype
+    indices; ``seeds`` are positions); returns the number of exact D_E."""
+    n, d = rows.X.shape
+    m = protos.A.shape[0]
+    K = rule.n_keep
+    s = _Scratch(np.empty(K), np.empty(K, np.int64), np.empty(K), np.empty(K),
+                 np.empty(K, np.int64), np.empty(K), np.empty(K, np.int64), np.empty(d),
+                 np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64))
+    n_exact = 0
+    for i in range(n):
+        out.low[i] = -np.inf
+        if rows.skip[i]:
+            for k in range(rule.n_nearest):
+                out.idx[i, k] = -1
+                out.dist[i, k] = np.inf
+                out.de[i, k] = np.inf
+            for k in range(K):
+                out.keep[i, k] = -1
+            continue
+        n_exact += _search_row(rows, protos, rule, s, out, i)
+    return n_exact
