@@ -247,3 +247,133 @@ def apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, da
             r0 = k * tile
             t = min(tile, n - r0)
             _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs)
+
+
+# ------------------------------------------------ palm4MSA's products with one factor
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _csr_mm(indptr, indices, data, X):
+    """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((r, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[i, t] += v * X[j, t]
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _csr_tmm(indptr, indices, data, X, c):
+    """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((c, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[j, t] += v * X[i, t]
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _support_dot(indptr, indices, data, Lt, Rt):
+    """``⟨Ltᵀ Rt… , S⟩``: ``Σ_(i,j) S_ij · (Lt[i] · Rt[j])`` over the non-zeros of CSR ``S``."""
+    r = indptr.size - 1
+    p = Lt.shape[1]
+    tot = 0.0
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            acc = 0.0
+            for t in range(p):
+                acc += Lt[i, t] * Rt[j, t]
+            tot += data[k] * acc
+    return tot
+
+
+@njit(cache=True, nogil=True)
+def _dense_to_csr(M):
+    r, c = M.shape
+    nnz = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                nnz += 1
+    indptr = np.zeros(r + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int64)
+    data = np.empty(nnz)
+    k = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                indices[k] = j
+                data[k] = M[i, j]
+                k += 1
+        indptr[i + 1] = k
+    return indptr, indices, data
+
+
+@njit(cache=True, nogil=True)
+def _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, transpose):
+    """``F_j x`` (or ``F_jᵀ x``) for factor ``j`` of a flattened CSR chain."""
+    r, c = shapes[j, 0], shapes[j, 1]
+    p0, i0 = poffs[j], ioffs[j]
+    out = np.zeros(c if transpose else r)
+    for i in range(r):
+        if transpose:
+            xi = x[i]
+            for k in range(i0 + indptr[p0 + i], i0 + indptr[p0 + i + 1]):
+                out[indices[k]] += data[k] * xi
+        else:
+            acc = 0.0
+            for k in range(i0 + indptr[p0 + i], i0 + indptr[p0 + i + 1]):
+                acc += data[k] * x[indices[k]]
+            out[i] = acc
+    return out
+
+
+@njit(cache=True, nogil=True)
+def chain_gram_top_eig(indptr, indices, data, poffs, ioffs, shapes, d2, v, left, max_iter, rtol):
+    """Largest eigenvalue of the Gram matrix of a chain ``M = F_0···F_{m-1}`` by
+    warm-started power iteration through the factors (never forming ``M``).
+
+    ``left``: ``MᵀD²M`` (``d2`` the squared diagonal on the left of ``M``), else
+    ``M Mᵀ``.  Stops when the Rayleigh quotient changes by at most ``rtol``
+    relatively, after at most ``max_iter`` products.  Returns the quotient (a
+    lower bound) and the last unit vector.
+    """
+    m = shapes.shape[0]
+    rho = 0.0
+    for _ in range(max_iter):
+        x = v
+        if left:
+            for j in range(m - 1, -1, -1):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, False)
+            x = x * d2
+            for j in range(m):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, True)
+        else:
+            for j in range(m):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, True)
+            for j in range(m - 1, -1, -1):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, False)
+        new = 0.0
+        nw = 0.0
+        for i in range(x.size):
+            new += v[i] * x[i]
+            nw += x[i] * x[i]
+        nw = np.sqrt(nw)
+        if nw == 0.0:
+            return 0.0, v
+        v = x / nw
+        if abs(new - rho) <= rtol * new:
+            return max(new, rho), v
+        rho = new
+    return rho, v

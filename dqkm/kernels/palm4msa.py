@@ -47,8 +47,8 @@ from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
 
+from ._factor_apply import _csr_mm, _csr_tmm, _dense_to_csr, _support_dot, chain_gram_top_eig
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
                           default_shapes)
 from .sparse_factors import SparseFactors
@@ -59,6 +59,10 @@ _DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
 _STEP_MARGIN = 1.001  # c = 1.001 · λ² · ‖L‖₂² · ‖R‖₂² (Algorithm 2, line 7)
 _BACKTRACKS = 2  # c is doubled up to 2**_BACKTRACKS times the bound before an update is refused
 _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step (safeguard on)
+_METHODS = ("factors", "dense")
+# a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
+# estimate that picks the through-the-factors product or the cached dense one
+_GEMM_GAIN = 8.0
 
 
 @dataclass(frozen=True)
@@ -88,83 +92,23 @@ class Palm4MSAResult:
 # --------------------------------------------------------------------------- kernels
 
 
-@njit(cache=True, nogil=True, fastmath=True)
-def _csr_mm(indptr, indices, data, X):
-    """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
-    r = indptr.size - 1
-    p = X.shape[1]
-    out = np.zeros((r, p))
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            v = data[k]
-            j = indices[k]
-            for t in range(p):
-                out[i, t] += v * X[j, t]
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _csr_tmm(indptr, indices, data, X, c):
-    """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
-    r = indptr.size - 1
-    p = X.shape[1]
-    out = np.zeros((c, p))
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            v = data[k]
-            j = indices[k]
-            for t in range(p):
-                out[j, t] += v * X[i, t]
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _support_dot(indptr, indices, data, Lt, Rt):
-    """``⟨Ltᵀ Rt… , S⟩``: ``Σ_(i,j) S_ij · (Lt[i] · Rt[j])`` over the non-zeros of CSR ``S``."""
-    r = indptr.size - 1
-    p = Lt.shape[1]
-    tot = 0.0
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            acc = 0.0
-            for t in range(p):
-                acc += Lt[i, t] * Rt[j, t]
-            tot += data[k] * acc
-    return tot
-
-
-@njit(cache=True, nogil=True)
-def _dense_to_csr(M):
-    r, c = M.shape
-    nnz = 0
-    for i in range(r):
-        for j in range(c):
-            if M[i, j] != 0.0:
-                nnz += 1
-    indptr = np.zeros(r + 1, dtype=np.int64)
-    indices = np.empty(nnz, dtype=np.int64)
-    data = np.empty(nnz)
-    k = 0
-    for i in range(r):
-        for j in range(c):
-            if M[i, j] != 0.0:
-                indices[k] = j
-                data[k] = M[i, j]
-                k += 1
-        indptr[i + 1] = k
-    return indptr, indices, data
-
-
 class _Factor:
     """One factor as a dense float64 array plus CSR arrays when sparse enough."""
 
-    __slots__ = ("dense", "csr")
+    __slots__ = ("dense", "csr", "cost", "_all")
 
     def __init__(self, dense):
         self.dense = np.ascontiguousarray(dense, dtype=np.float64)
         nnz = np.count_nonzero(self.dense)
         self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
+        self.cost = float(nnz if self.csr is not None else self.dense.size)  # multiply-adds per column
+        self._all = self.csr
+
+    def csr_all(self):
+        """CSR arrays also for a dense factor (for the power iterations through the chain)."""
+        if self._all is None:
+            self._all = _dense_to_csr(self.dense)
+        return self._all
 
     def mul(self, X):
         """``S @ X``, X (c × p) C-ordered."""
@@ -184,7 +128,34 @@ def _lmul(G, X):
     return G[:, None] * X if G.ndim == 1 else G @ X
 
 
-def _top_eig(G, v):
+# power iterations for ‖L‖₂², ‖R‖₂²: (at most, relative-change stopping rule).  Safeguarded
+# updates use a few (an underestimate only costs a backtrack); unguarded (plain PALM) ones
+# iterate to 1e-6, as the descent proof needs c above the Lipschitz constant
+_EIG_RULES = {True: (8, 1e-4), False: (100, 1e-6)}
+
+
+def _chain_top_eig(facs, d2, v, left, few):
+    """:func:`_top_eig` of ``LᵀL`` (``left``, ``L = diag(√d2)·F…``) or ``R Rᵀ``
+    through the factors ``facs`` (same rule, same iterates to rounding)."""
+    ptrs, idxs, vals = [], [], []
+    poffs = np.zeros(len(facs), dtype=np.int64)
+    ioffs = np.zeros(len(facs), dtype=np.int64)
+    p = i = 0
+    for j, f in enumerate(facs):
+        ip, ix, dv = f.csr_all()
+        poffs[j], ioffs[j] = p, i
+        ptrs.append(ip)
+        idxs.append(ix)
+        vals.append(dv)
+        p += ip.size
+        i += ix.size
+    shapes = np.array([f.dense.shape for f in facs], dtype=np.int64)
+    rho, v = chain_gram_top_eig(np.concatenate(ptrs), np.concatenate(idxs), np.concatenate(vals),
+                                poffs, ioffs, shapes, d2, v, left, *_EIG_RULES[few])
+    return float(rho), v
+
+
+def _top_eig(G, v, few):
     """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
 
     Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
@@ -195,14 +166,15 @@ def _top_eig(G, v):
     if G.ndim == 1:
         return float(G.max()) if G.size else 0.0, v
     rho = 0.0
-    for _ in range(100):
+    max_iter, rtol = _EIG_RULES[few]
+    for _ in range(max_iter):
         w = G @ v
         new = float(v @ w)
         nw = np.linalg.norm(w)
         if nw == 0.0:
             return 0.0, v
         v = w / nw
-        if abs(new - rho) <= 1e-6 * new:
+        if abs(new - rho) <= rtol * new:
             return max(new, rho), v
         rho = new
     return rho, v
@@ -252,6 +224,13 @@ def _check_tol_lam(tol, lam_init, owner):
         )
 
 
+def _check_method(method, owner):
+    if method not in _METHODS:
+        raise ValueError(f"The 'method' parameter of {owner} must be one of {list(_METHODS)}. "
+                         f"Got {method!r} instead.")
+    return method
+
+
 def _initial_factors(init, constraints, lam_init, owner):
     """Dense float64 factors and λ of the starting operator (unscaled: λ·ΠS)."""
     shapes = [c.shape for c in constraints]
@@ -297,6 +276,14 @@ def _initial_factors(init, constraints, lam_init, owner):
     return mats, lam
 
 
+def _chain_error(A, d, facs, lam):
+    """``‖A − λ·diag(d)·S1···SQ‖_F``, the product formed right to left through the factors."""
+    P = facs[-1].dense
+    for f in reversed(facs[:-1]):
+        P = f.mul(P)
+    return float(np.linalg.norm(A - lam * (d[:, None] * P)))
+
+
 def _exact_error(A, d, mats, lam):
     P = d[:, None] * mats[0]
     for M in mats[1:]:
@@ -310,7 +297,7 @@ def _exact_error(A, d, mats, lam):
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
-    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive):
+    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
         self.At = np.ascontiguousarray(A.T)
         self.d = d
@@ -318,7 +305,11 @@ class _State:
         self.facs = [_Factor(M) for M in mats]
         self.lam = lam
         self.normA2 = float(np.vdot(A, A))
-        self.f = _exact_error(A, d, mats, lam) ** 2
+        self.through = method == "factors"
+        if self.through:
+            self.f = _chain_error(A, d, self.facs, lam) ** 2
+        else:
+            self.f = _exact_error(A, d, mats, lam) ** 2
         self.safeguard = safeguard
         # adaptive step (safeguarded updates only): factor q first tries c·scale[q]
         self.scale = [1.0] * len(constraints)
@@ -352,11 +343,12 @@ class _Ctx:
     float64 ``C`` when ``S`` is dense or ``L`` is the diagonal ``F0``.
     """
 
-    __slots__ = ("Lt", "Rt", "GL", "GR", "_C64")
+    __slots__ = ("Lt", "Rt", "GL", "GR", "_C64", "q")
 
-    def __init__(self, Lt, Rt, GL, GR):
+    def __init__(self, Lt, Rt, GL, GR, q=0):
         self.Lt, self.Rt, self.GL, self.GR = Lt, Rt, GL, GR
         self._C64 = None
+        self.q = q
 
     def C64(self):
         if self._C64 is None:
@@ -377,6 +369,53 @@ class _Ctx:
         return float(_support_dot(*fac.csr, self.Lt, self.Rt))
 
 
+def _left_apply(st, q, X):
+    """``L X`` with ``L = diag(d)·S1···S_{q-1}`` (the current left factors), X dense."""
+    for j in range(q - 1, -1, -1):
+        X = st.facs[j].mul(X)
+    return st.d[:, None] * X
+
+
+def _left_tapply(st, q, Y):
+    """``Lᵀ Y`` through the left factors, Y dense (K × p)."""
+    Y = st.d[:, None] * Y
+    for j in range(q):
+        Y = st.facs[j].tmul(Y)
+    return Y
+
+
+def _left_cheaper(st, q, fac, p):
+    """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
+    products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
+    ``method="factors"`` path; a GEMM flop counts ``1/_GEMM_GAIN``)."""
+    r, K = fac.dense.shape[0], st.A.shape[0]
+    chain = 2.0 * p * sum(f.cost for f in st.facs[:q]) + K * p
+    gemm = (r * r * p + r * K * p) / _GEMM_GAIN
+    return chain < gemm
+
+
+def _last_through_cheaper(st, q, fac):
+    """For the last factor S (r × D): whether ``L·S`` through the factors costs less
+    than the products ``S·Aᵀ`` and ``S·Sᵀ`` of :func:`_objective`."""
+    r, D = fac.dense.shape
+    K = st.A.shape[0]
+    chain = 2.0 * D * sum(f.cost for f in st.facs[:q]) + 3.0 * K * D
+    direct = fac.cost * (K + r) / (1.0 if fac.csr is not None else _GEMM_GAIN)
+    return chain < direct
+
+
+def _gradient(st, q, fac, SGR, ctx):
+    """``½∇f(S) = λ² GL·S·GR − λ C``: through the factors (``λ Lᵀ(λ L·S·GR − A Rᵀ)``)
+    when the cost estimate says so, else with the cached ``GL`` and ``Lᵀ``."""
+    lam, GL = st.lam, ctx.GL
+    if GL.ndim == 1:
+        return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
+    if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
+        Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
+        return lam * _left_tapply(st, q, Y)
+    return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
+
+
 def _objective(st, ctx, fac):
     """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩, with ⟨C,S⟩ and ⟨GL S, S GR⟩.
 
@@ -385,6 +424,11 @@ def _objective(st, ctx, fac):
     then give both terms: ``⟨C,S⟩ = ⟨Lᵀ, S Aᵀ⟩`` and ``⟨GL S, S⟩ = ⟨GL, S Sᵀ⟩``.
     """
     S = fac.dense
+    if ctx.GR is None and st.through and _last_through_cheaper(st, ctx.q, fac):
+        # ⟨C,S⟩ = ⟨A, L S⟩ and ⟨GL S, S⟩ = ‖L S‖²: L S through the left factors
+        LS = _left_apply(st, ctx.q, S)
+        lin, quad = float(np.vdot(st.A, LS)), float(np.vdot(LS, LS))
+        return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
         SAt = fac.mul(ctx.Rt)
         SSt = fac.mul(np.ascontiguousarray(S.T))
@@ -464,20 +508,23 @@ def _sweep(st, guard):
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
         fac = facs[q]
-        ctx = _Ctx(Lt[q], st.At if Tt is None else Tt, GL[q], GR)
-        rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q])
+        ctx = _Ctx(Lt[q], st.At if Tt is None else Tt, GL[q], GR, q)
+        few = guard and st.feasible[q]  # the update is safeguarded
+        if st.through and GL[q].ndim == 2:
+            rhoL, st.vL[q] = _chain_top_eig(facs[:q], d * d, st.vL[q], True, few)
+        else:
+            rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q], few)
         if GR is None:
             rhoR = 1.0
+        elif st.through:
+            rhoR, st.vR[q] = _chain_top_eig(facs[q + 1:], d, st.vR[q], False, few)
         else:
-            rhoR, st.vR[q] = _top_eig(GR, st.vR[q])
+            rhoR, st.vR[q] = _top_eig(GR, st.vR[q], few)
         c = _STEP_MARGIN * lam * lam * rhoL * rhoR
         SGR_new = None  # S_new · GR, when already computed
         if c > 0.0:
             SGR = fac.dense if GR is None else fac.mul(GR)
-            if GL[q].ndim == 1:
-                grad = lam * lam * (GL[q][:, None] * SGR) - lam * ctx.C32()
-            else:
-                grad = lam * lam * (GL[q].astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
+            grad = _gradient(st, q, fac, SGR, ctx)
             if guard and st.feasible[q]:
                 fac, SGR_new = _guarded_update(st, q, fac, grad, c, ctx)
             else:
@@ -512,12 +559,13 @@ def _sweep(st, guard):
     return math.sqrt(max(st.f, 0.0))
 
 
-def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False):
+def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False,
+         method="factors"):
     """Core loop shared with the hierarchical solver; returns (mats, lam, errors).
 
     ``adaptive=False``: every guarded update starts from the bound ``c``.
     """
-    st = _State(A, d, constraints, mats, lam, safeguard, adaptive)
+    st = _State(A, d, constraints, mats, lam, safeguard, adaptive, method)
     errors = [math.sqrt(st.f)]
     for t in range(1, n_iter + 1):
         err = _sweep(st, guard=safeguard)
@@ -529,7 +577,8 @@ def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptiv
             break
     mats = [f.dense for f in st.facs]
     if len(errors) > 1:
-        errors[-1] = _exact_error(A, d, mats, st.lam)
+        errors[-1] = (_chain_error(A, d, st.facs, st.lam) if st.through
+                      else _exact_error(A, d, mats, st.lam))
     return mats, st.lam, np.asarray(errors)
 
 
@@ -555,6 +604,7 @@ def palm4msa(
     callback=None,
     safeguard=True,
     adaptive_step=False,
+    method="factors",
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ`` (palm4MSA).
 
@@ -636,6 +686,7 @@ def palm4msa(
     d = _check_fixed_left(fixed_left, K, "palm4msa")
     adaptive = _check_bool(adaptive_step, "adaptive_step", "palm4msa")
     mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
+    method = _check_method(method, "palm4msa")
     mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard),
-                             adaptive=adaptive)
+                             adaptive=adaptive, method=method)
     return _result(mats, lam, errors, dtype)
