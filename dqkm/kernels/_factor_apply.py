@@ -377,3 +377,97 @@ def chain_gram_top_eig(indptr, indices, data, poffs, ioffs, shapes, d2, v, left,
             return max(new, rho), v
         rho = new
     return rho, v
+
+
+# ------------------------------------------------ palm4MSA's factors and spectral norms
+
+_DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
+
+
+class _Factor:
+    """One factor as a dense float64 array plus CSR arrays when sparse enough."""
+
+    __slots__ = ("dense", "csr", "cost", "_all")
+
+    def __init__(self, dense):
+        self.dense = np.ascontiguousarray(dense, dtype=np.float64)
+        nnz = np.count_nonzero(self.dense)
+        self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
+        self.cost = float(nnz if self.csr is not None else self.dense.size)  # multiply-adds per column
+        self._all = self.csr
+
+    def csr_all(self):
+        """CSR arrays also for a dense factor (for the power iterations through the chain)."""
+        if self._all is None:
+            self._all = _dense_to_csr(self.dense)
+        return self._all
+
+    def mul(self, X):
+        """``S @ X``, X (c × p) C-ordered."""
+        if self.csr is None:
+            return self.dense @ X
+        return _csr_mm(*self.csr, np.ascontiguousarray(X))
+
+    def tmul(self, X):
+        """``Sᵀ @ X``, X (r × p) C-ordered."""
+        if self.csr is None:
+            return self.dense.T @ X
+        return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
+
+
+def _lmul(G, X):
+    """``G @ X`` where G is a dense matrix or a diagonal given as a vector."""
+    return G[:, None] * X if G.ndim == 1 else G @ X
+
+
+# power iterations for ‖L‖₂², ‖R‖₂²: (at most, relative-change stopping rule).  Safeguarded
+# updates use a few (an underestimate only costs a backtrack); unguarded (plain PALM) ones
+# iterate to 1e-6, as the descent proof needs c above the Lipschitz constant
+_EIG_RULES = {True: (8, 1e-4), False: (100, 1e-6)}
+
+
+def _chain_top_eig(facs, d2, v, left, few):
+    """:func:`_top_eig` of ``LᵀL`` (``left``, ``L = diag(√d2)·F…``) or ``R Rᵀ``
+    through the factors ``facs`` (same rule, same iterates to rounding)."""
+    ptrs, idxs, vals = [], [], []
+    poffs = np.zeros(len(facs), dtype=np.int64)
+    ioffs = np.zeros(len(facs), dtype=np.int64)
+    p = i = 0
+    for j, f in enumerate(facs):
+        ip, ix, dv = f.csr_all()
+        poffs[j], ioffs[j] = p, i
+        ptrs.append(ip)
+        idxs.append(ix)
+        vals.append(dv)
+        p += ip.size
+        i += ix.size
+    shapes = np.array([f.dense.shape for f in facs], dtype=np.int64)
+    rho, v = chain_gram_top_eig(np.concatenate(ptrs), np.concatenate(idxs), np.concatenate(vals),
+                                poffs, ioffs, shapes, d2, v, left, *_EIG_RULES[few])
+    return float(rho), v
+
+
+def _top_eig(G, v, few):
+    """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
+
+    Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
+    Stops by ``_EIG_RULES[few]``: for a safeguarded update (``few``) after at
+    most 8 products or a relative change below 1e-4 (the backtracking in
+    :func:`_guarded_update` makes an underestimate harmless), else at most
+    100 products or 1e-6.
+    """
+    if G.ndim == 1:
+        return float(G.max()) if G.size else 0.0, v
+    rho = 0.0
+    max_iter, rtol = _EIG_RULES[few]
+    for _ in range(max_iter):
+        w = G @ v
+        new = float(v @ w)
+        nw = np.linalg.norm(w)
+        if nw == 0.0:
+            return 0.0, v
+        v = w / nw
+        if abs(new - rho) <= rtol * new:
+            return max(new, rho), v
+        rho = new
+    return rho, v

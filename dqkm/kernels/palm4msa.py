@@ -30,6 +30,19 @@ splincol(5) factors of the benchmark (see docs/ALGORITHMS.md).  The
 wide factor (A×D) only ever meets ``A`` in two products per sweep.  Factors
 denser than ``_DENSE_ABOVE`` (e.g. hierarchical residuals) use BLAS.
 
+Through the factors (``method="factors"``, the default)
+------------------------------------------------------
+The two GEMMs above cost r·K·c + r²·c per factor, Q·A³ per sweep for K = D =
+A.  The default path replaces them by applying the left chain as sparse
+operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``4·c·Σ_{j<q} nnz(S_j)``
+(O(Q²·s·A²) per sweep), and is chosen per factor when that is below the
+GEMMs' flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR
+row-add's).  Likewise for the last factor the objective is ``‖A − λ L S‖²``
+with ``L S`` through the chain, the errors are the product formed right to
+left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
+through the chains (``chain_gram_top_eig``).  Same iterates as
+``method="dense"`` (the reference) to rounding.
+
 References
 ----------
 Le Magoarou, L. and Gribonval, R. (2016). Flexible multilayer sparse
@@ -43,23 +56,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _csr_mm, _csr_tmm, _dense_to_csr, _support_dot, chain_gram_top_eig
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
+from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
+                           _initial_factors)
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
                           default_shapes)
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
 
-_DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
 _STEP_MARGIN = 1.001  # c = 1.001 · λ² · ‖L‖₂² · ‖R‖₂² (Algorithm 2, line 7)
 _BACKTRACKS = 2  # c is doubled up to 2**_BACKTRACKS times the bound before an update is refused
 _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step (safeguard on)
-_METHODS = ("factors", "dense")
 # a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
 # estimate that picks the through-the-factors product or the cached dense one
 _GEMM_GAIN = 8.0
@@ -87,193 +99,6 @@ class Palm4MSAResult:
     lam: float
     errors: np.ndarray
     n_iter: int
-
-
-# --------------------------------------------------------------------------- kernels
-
-
-class _Factor:
-    """One factor as a dense float64 array plus CSR arrays when sparse enough."""
-
-    __slots__ = ("dense", "csr", "cost", "_all")
-
-    def __init__(self, dense):
-        self.dense = np.ascontiguousarray(dense, dtype=np.float64)
-        nnz = np.count_nonzero(self.dense)
-        self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
-        self.cost = float(nnz if self.csr is not None else self.dense.size)  # multiply-adds per column
-        self._all = self.csr
-
-    def csr_all(self):
-        """CSR arrays also for a dense factor (for the power iterations through the chain)."""
-        if self._all is None:
-            self._all = _dense_to_csr(self.dense)
-        return self._all
-
-    def mul(self, X):
-        """``S @ X``, X (c × p) C-ordered."""
-        if self.csr is None:
-            return self.dense @ X
-        return _csr_mm(*self.csr, np.ascontiguousarray(X))
-
-    def tmul(self, X):
-        """``Sᵀ @ X``, X (r × p) C-ordered."""
-        if self.csr is None:
-            return self.dense.T @ X
-        return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
-
-
-def _lmul(G, X):
-    """``G @ X`` where G is a dense matrix or a diagonal given as a vector."""
-    return G[:, None] * X if G.ndim == 1 else G @ X
-
-
-# power iterations for ‖L‖₂², ‖R‖₂²: (at most, relative-change stopping rule).  Safeguarded
-# updates use a few (an underestimate only costs a backtrack); unguarded (plain PALM) ones
-# iterate to 1e-6, as the descent proof needs c above the Lipschitz constant
-_EIG_RULES = {True: (8, 1e-4), False: (100, 1e-6)}
-
-
-def _chain_top_eig(facs, d2, v, left, few):
-    """:func:`_top_eig` of ``LᵀL`` (``left``, ``L = diag(√d2)·F…``) or ``R Rᵀ``
-    through the factors ``facs`` (same rule, same iterates to rounding)."""
-    ptrs, idxs, vals = [], [], []
-    poffs = np.zeros(len(facs), dtype=np.int64)
-    ioffs = np.zeros(len(facs), dtype=np.int64)
-    p = i = 0
-    for j, f in enumerate(facs):
-        ip, ix, dv = f.csr_all()
-        poffs[j], ioffs[j] = p, i
-        ptrs.append(ip)
-        idxs.append(ix)
-        vals.append(dv)
-        p += ip.size
-        i += ix.size
-    shapes = np.array([f.dense.shape for f in facs], dtype=np.int64)
-    rho, v = chain_gram_top_eig(np.concatenate(ptrs), np.concatenate(idxs), np.concatenate(vals),
-                                poffs, ioffs, shapes, d2, v, left, *_EIG_RULES[few])
-    return float(rho), v
-
-
-def _top_eig(G, v, few):
-    """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
-
-    Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
-    Stops when the quotient changes by less than 1e-6 relatively (at most 100
-    products of size n²).  The safeguard in :func:`_sweep` makes an
-    underestimate harmless.
-    """
-    if G.ndim == 1:
-        return float(G.max()) if G.size else 0.0, v
-    rho = 0.0
-    max_iter, rtol = _EIG_RULES[few]
-    for _ in range(max_iter):
-        w = G @ v
-        new = float(v @ w)
-        nw = np.linalg.norm(w)
-        if nw == 0.0:
-            return 0.0, v
-        v = w / nw
-        if abs(new - rho) <= rtol * new:
-            return max(new, rho), v
-        rho = new
-    return rho, v
-
-
-# --------------------------------------------------------------------------- layout
-
-
-def _check_target(A, owner):
-    if sp.issparse(A):
-        A = A.toarray()
-    A = np.asarray(A)
-    if A.ndim != 2 or A.size == 0:
-        raise ValueError(
-            f"The 'A' parameter of {owner} must be a non-empty 2-D array. Got shape {A.shape} instead."
-        )
-    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
-        raise TypeError(f"The 'A' parameter of {owner} must be real numeric. Got dtype {A.dtype} instead.")
-    if not np.all(np.isfinite(A)):
-        raise ValueError(f"The 'A' parameter of {owner} contains NaN or infinite values.")
-    out_dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    return np.ascontiguousarray(A, dtype=np.float64), out_dtype
-
-
-def _check_fixed_left(fixed_left, K, owner):
-    if fixed_left is None:
-        return np.ones(K)
-    d = np.asarray(fixed_left)
-    if d.ndim != 1 or d.shape[0] != K:
-        raise ValueError(
-            f"The 'fixed_left' parameter of {owner} must be the diagonal of the fixed left "
-            f"factor, a 1-D array of length K={K}. Got an array of shape {d.shape} instead."
-        )
-    if not np.issubdtype(d.dtype, np.number) or not np.all(np.isfinite(d)):
-        raise ValueError(f"The 'fixed_left' parameter of {owner} must hold finite real numbers.")
-    return d.astype(np.float64)
-
-
-def _check_tol_lam(tol, lam_init, owner):
-    if isinstance(tol, bool) or not isinstance(tol, Real) or not (tol >= 0 and math.isfinite(tol)):
-        raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r} instead.")
-    if lam_init is not None and (
-        isinstance(lam_init, bool) or not isinstance(lam_init, Real) or not math.isfinite(lam_init)
-    ):
-        raise ValueError(
-            f"The 'lam_init' parameter of {owner} must be a finite float or None. Got {lam_init!r} instead."
-        )
-
-
-def _check_method(method, owner):
-    if method not in _METHODS:
-        raise ValueError(f"The 'method' parameter of {owner} must be one of {list(_METHODS)}. "
-                         f"Got {method!r} instead.")
-    return method
-
-
-def _initial_factors(init, constraints, lam_init, owner):
-    """Dense float64 factors and λ of the starting operator (unscaled: λ·ΠS)."""
-    shapes = [c.shape for c in constraints]
-    if init is None:
-        mats = [np.zeros(shapes[0])] + [np.eye(*s) for s in shapes[1:]]
-        lam = 1.0
-    else:
-        lam = 1.0
-        if isinstance(init, Palm4MSAResult):
-            init = init.factors
-        if isinstance(init, SparseFactors):
-            lam = float(init.lam)
-            init = list(init.factors)
-        if isinstance(init, (str, bytes)) or not hasattr(init, "__len__"):
-            raise TypeError(
-                f"The 'init' parameter of {owner} must be None, a Palm4MSAResult, a SparseFactors "
-                f"or a list of arrays. Got {type(init).__name__} instead."
-            )
-        if len(init) != len(shapes):
-            raise ValueError(
-                f"The 'init' parameter of {owner} must hold {len(shapes)} factors (one per "
-                f"constraint). Got {len(init)} instead."
-            )
-        mats = []
-        for q, M in enumerate(init):
-            M = M.toarray() if sp.issparse(M) else np.asarray(M)
-            if M.shape != shapes[q]:
-                raise ValueError(
-                    f"Factor {q} of 'init' ({owner}) has shape {M.shape}; the constraints "
-                    f"expect {shapes[q]}."
-                )
-            if not np.all(np.isfinite(M)):
-                raise ValueError(f"Factor {q} of 'init' ({owner}) contains NaN or infinite values.")
-            mats.append(np.array(M, dtype=np.float64))
-    if lam_init is not None:
-        lam = float(lam_init)
-    # unit-norm factors, scale moved into λ: the product is unchanged
-    for M in mats:
-        n = np.linalg.norm(M)
-        if n > 0:
-            M /= n  # OUT (our own copy)
-            lam *= n
-    return mats, lam
 
 
 def _chain_error(A, d, facs, lam):
@@ -639,6 +464,12 @@ def palm4msa(
         still increases, the previous factor is kept.  With it the objective
         never increases, also for the ``Splincol`` heuristic, which is not an
         exact projection.  False: plain PALM at the bound ``c`` (for comparison).
+    method : {"factors", "dense"}, default "factors"
+        ``"factors"``: gradients, errors and spectral norms through the sparse
+        factor chains where the cost estimate says it is cheaper (see the
+        module notes); ``"dense"``: the reference with the cached dense left
+        parts (r×K×c GEMMs per factor).  Same iterates to rounding (the
+        reference forms the gradient in float32).
     adaptive_step : bool, default False
         With the safeguard: each factor's update first tries ``c·scale``, with
         ``scale`` halved after every accepted step (down to 1/64) and reset to
@@ -685,6 +516,8 @@ def palm4msa(
         raise TypeError(f"The 'callback' parameter of palm4msa must be callable or None. Got {callback!r}.")
     d = _check_fixed_left(fixed_left, K, "palm4msa")
     adaptive = _check_bool(adaptive_step, "adaptive_step", "palm4msa")
+    if isinstance(init, Palm4MSAResult):
+        init = init.factors
     mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
     method = _check_method(method, "palm4msa")
     mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard),
