@@ -19,9 +19,6 @@ __all__ = ["QKMeans"]
 
 _INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
 _VARIANTS = {"dqkm", "paper"}
-# the last global run of the hierarchical factorisations stops when an iteration improves
-# the error by less than this (relatively); the runs before it use split_tol (1e-3)
-_HIERARCHICAL_TOL = 1e-4
 
 
 def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False):
@@ -39,7 +36,7 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False):
                                      fixed_left=fixed_left, safeguard=False)
     residuals = default_residual_constraints(constraints, rule="geometric")
     return hierarchical_palm4msa(A, constraints, residual_constraints=residuals, n_iter=n_iter,
-                                 tol=_HIERARCHICAL_TOL, fixed_left=fixed_left, adaptive_step=True)
+                                 fixed_left=fixed_left, adaptive_step=True)
 
 
 def _palm(A, constraints, *, n_iter, init=None, fixed_left=None, paper=False):

@@ -147,7 +147,7 @@ def hierarchical_palm4msa(
     residual_constraints=None,
     n_iter=300,
     n_iter_global=None,
-    tol=1e-6,
+    tol=1e-4,
     split_tol=1e-3,
     fixed_left=None,
     callback=None,
@@ -170,8 +170,10 @@ def hierarchical_palm4msa(
         Iterations of every 2-factor split.
     n_iter_global : int >= 0 or None
         Iterations of every global re-optimisation (default: ``n_iter``).
-    tol : float >= 0, default 1e-6
-        Relative-change stopping rule of the last global palm4MSA run.
+    tol : float >= 0, default 1e-4
+        Relative-change stopping rule of the last global palm4MSA run: it
+        stops when an iteration lowers the error by at most ``tol``
+        relatively (``n_iter_global`` is the cap).
     split_tol : float >= 0, default 1e-3
         Relative-change stopping rule of every 2-factor split and of the global
         runs of levels ``1 … Q−2``: a run stops when an iteration lowers its
