@@ -25,7 +25,7 @@ Both libraries run ``n_iter`` iterations per palm4MSA call (300; 50 with
 its default tol = 1e-6 (the iterations it ran are printed).  Hierarchical
 residual constraints: Splincol(min(s^(Q-l), min(shape))) for both.
 OMP/OpenBLAS threads are pinned to 1 before numpy is imported (pyfaust's
-fastest setting on this machine, see ANCHORS.md), so both run on one core,
+fastest setting on this machine, measured earlier), so both run on one core,
 and both wall-clock and CPU seconds (``time.process_time``) are printed: on
 the shared machine the CPU seconds are the load-independent measure.
 If pyfaust is missing, dqkm's numbers and the ANCHORS figures are printed.
@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 from dqkm.kernels import default_constraints, default_residual_constraints  # noqa: E402
 from dqkm.kernels import hierarchical_palm4msa, palm4msa  # noqa: E402
 
-ANCHORS = {  # pyfaust 3.41, ANCHORS.md: (seconds, relative error, nnz)
+ANCHORS = {  # pyfaust 3.41, measured earlier on this machine: (seconds, relative error, nnz)
     ("digits 128x784", "palm4msa", 5): (24.8, 0.900, 11343),
     ("digits 128x784", "hierarchical", 5): (189.0, 0.220, 8344),
     ("digits 128x784", "hierarchical", 3): (188.0, 0.353, 5081),
