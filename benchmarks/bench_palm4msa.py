@@ -2,6 +2,17 @@
 
     .venv/bin/python benchmarks/bench_palm4msa.py [--quick] [--hadamard]
         [--targets digits,blobs,hadamard] [--algos palm4msa,hierarchical] [--no-pyfaust]
+    .venv/bin/python benchmarks/bench_palm4msa.py --speed [--sizes 512,1024,2048]
+        [--iters 3] [--init-size 1024] [--markdown]
+
+``--speed``: one palm4MSA iteration through the sparse factors (``method="factors"``,
+the default) against the dense reference path (``method="dense"``, the implementation
+before it) on the same K = D random target, s = 5, Q = log2 K factors, from the same
+warm start (2 iterations), side by side in one run: median seconds per iteration (time
+between the callbacks), their ratio and the relative error after the same iterations
+(and pyfaust's palm4msa where installed).  Then the hierarchical initial
+factorisation as QKMeans runs it with its defaults at K = D = ``--init-size`` on
+upsampled digits centroids.  ``--markdown`` writes docs/benchmarks/palm4msa.md.
 
 Targets (Q = ⌈log2 max(K, D)⌉ factors, Splincol(s) on every factor):
 - 128×784: 128 K-means centroids of sklearn's digits upsampled to 28×28
@@ -14,10 +25,10 @@ Both libraries run ``n_iter`` iterations per palm4MSA call (300; 50 with
 its default tol = 1e-6 (the iterations it ran are printed).  Hierarchical
 residual constraints: Splincol(min(s^(Q-l), min(shape))) for both.
 OMP/OpenBLAS threads are pinned to 1 before numpy is imported (pyfaust's
-fastest setting on this machine), so both run on one core,
+fastest setting on this machine, measured earlier), so both run on one core,
 and both wall-clock and CPU seconds (``time.process_time``) are printed: on
 the shared machine the CPU seconds are the load-independent measure.
-If pyfaust is missing, dqkm's numbers and the ANCHORS figures are printed.
+If pyfaust is missing, dqkm's numbers and the PYFAUST_RECORDED figures are printed.
 Last, hierarchical palm4MSA on the 2^k Hadamard matrix (k = 7, 8; 7 with
 ``--quick``; ``--hadamard`` runs only this part), Splincol(2) factors and
 Splincol(n/2^l) residuals, dqkm only.
@@ -38,7 +49,7 @@ import numpy as np  # noqa: E402
 from dqkm.kernels import default_constraints, default_residual_constraints  # noqa: E402
 from dqkm.kernels import hierarchical_palm4msa, palm4msa  # noqa: E402
 
-ANCHORS = {  # pyfaust 3.41 on this machine: (seconds, relative error, nnz)
+PYFAUST_RECORDED = {  # pyfaust 3.41, measured earlier on this machine: (seconds, relative error, nnz)
     ("digits 128x784", "palm4msa", 5): (24.8, 0.900, 11343),
     ("digits 128x784", "hierarchical", 5): (189.0, 0.220, 8344),
     ("digits 128x784", "hierarchical", 3): (188.0, 0.353, 5081),
@@ -72,7 +83,7 @@ def load_pyfaust():
             import pyfaust.factparams
         return pyfaust
     except Exception as exc:  # any import failure: report and go on without it
-        print(f"pyfaust is MISSING ({type(exc).__name__}: {exc}); printing dqkm and ANCHORS only.")
+        print(f"pyfaust is MISSING ({type(exc).__name__}: {exc}); printing dqkm and PYFAUST_RECORDED only.")
         return None
 
 
@@ -143,10 +154,10 @@ def print_row(r, n_iter):
         pf = (f"{r['pf_t']:.2f} / {r['pf_c']:.2f} | {r['pf_err']:.3f} | {r['pf_nnz']} | "
               f"{r['dq_t'] / r['pf_t']:.3f} / {r['dq_c'] / r['pf_c']:.3f}")
     else:
-        anc = ANCHORS.get((r["target"], r["algo"], r["s"]))
+        anc = PYFAUST_RECORDED.get((r["target"], r["algo"], r["s"]))
         pf = ("(not run) | – | – | –" if anc is None else
-              f"ANCHORS {anc[0]:.0f} (quiet) | {anc[1]:.3f} | {anc[2]} | "
-              f"cpu vs ANCHORS: {r['dq_c'] / anc[0]:.3f}")
+              f"PYFAUST_RECORDED {anc[0]:.0f} (quiet) | {anc[1]:.3f} | {anc[2]} | "
+              f"cpu vs PYFAUST_RECORDED: {r['dq_c'] / anc[0]:.3f}")
     print(f"| {r['target']} | {r['algo']} | {r['s']} | {r['dq_t']:.2f} / {r['dq_c']:.2f} | {r['dq_err']:.3f} | "
           f"{r['dq_nnz']} | {r['dq_it']} | {pf} |", flush=True)
     if "ung_t" in r:
@@ -172,8 +183,123 @@ def hadamard_rows(ks):
         print(f"| {n} | {k} | {t:.2f} | {err:.1e} | {nnz} (2n = {2 * n}) | {res.n_iter} |", flush=True)
 
 
+def _per_iteration(A, cons, method, n_iter, init):
+    stamps = []
+    t0 = time.perf_counter()
+    res = palm4msa(A, cons, n_iter=n_iter, tol=0, init=init, adaptive_step=True, method=method,
+                   callback=lambda t, e: stamps.append(time.perf_counter()))
+    times = np.diff([t0] + stamps)
+    return float(np.median(times)), float(np.linalg.norm(A - res.factors.toarray()) / np.linalg.norm(A))
+
+
+def speed_rows(sizes, n_iter, pf):
+    rows = []
+    for n in sizes:
+        A = np.random.default_rng(n).standard_normal((n, n))
+        cons = default_constraints(n, n, sparsity=5)
+        start = palm4msa(A, cons, n_iter=2, adaptive_step=True)
+        t_f, e_f = _per_iteration(A, cons, "factors", n_iter, start)
+        t_d, e_d = _per_iteration(A, cons, "dense", n_iter, start)
+        pf_cell = "not installed"
+        if pf is not None:
+            t = time.perf_counter()
+            F = faust_palm(pf, A, cons, n_iter)
+            pf_cell = f"{(time.perf_counter() - t) / n_iter:.3f} s, err {np.linalg.norm(A - F.toarray()) / np.linalg.norm(A):.4f}"
+        rows.append([f"{n} × {n}", len(cons), n_iter, f"{t_f:.3f}", f"{t_d:.3f}", f"{t_d / t_f:.1f}×",
+                     f"{e_f:.6f}", f"{e_d:.6f}", pf_cell])
+        print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
+    return rows
+
+
+def upsampled_digit_centroids(n):
+    from scipy.ndimage import zoom
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import load_digits
+
+    side = int(round(math.sqrt(n)))
+    imgs = load_digits().images
+    X = np.stack([zoom(x, side / 8, order=1) for x in imgs]).reshape(len(imgs), -1)
+    return KMeans(n, n_init=1, random_state=0, max_iter=20).fit(X).cluster_centers_
+
+
+def init_row(n):
+    from dqkm.cluster.qkmeans import _hierarchical
+
+    A = upsampled_digit_centroids(n)
+    cons = default_constraints(*A.shape, sparsity=5)
+    t = time.perf_counter()
+    res = _hierarchical(A, cons, n_iter=300)  # QKMeans(palm_iter_init=300) defaults
+    t = time.perf_counter() - t
+    err = np.linalg.norm(A - res.factors.toarray()) / np.linalg.norm(A)
+    row = [f"{A.shape[0]} × {A.shape[1]}", len(cons), f"{t:.1f}", f"{err:.4f}", res.n_iter]
+    print("| " + " | ".join(str(c) for c in row) + " |", flush=True)
+    return row
+
+
+SPEED_NOTES = """What is measured: `--speed` runs palm4MSA iterations (adaptive step, safeguard on, the
+QK-means setting) on a K = D random Gaussian target, Splincol(5) factors, Q = log2 K,
+from the same 2-iteration warm start, once through the sparse factors (the default
+`method="factors"`) and once with the dense reference path (`method="dense"`, the
+implementation that formed r×K×c products of the factor chains); seconds per iteration
+are medians of the time between callbacks, single-threaded BLAS for both.  The errors
+after the same iterations agree to rounding (the reference forms its gradient in
+float32).  The hierarchical row is the initial factorisation as `QKMeans` runs it with
+its defaults (`palm_iter_init=300` as the cap, `split_tol=1e-3`).
+
+QK-means documentation (corrects docs/ALGORITHMS.md, which says `hierarchical_refits=0`
+gives the paper's algorithm):
+
+- `QKMeans(variant="paper")` is Algorithm 1 of "QuicK-means: Acceleration of K-means by
+  learning a fast transform" (Giffon, Emiya, Ralaivola, Kadri; 2019/2021) exactly: the
+  initial centroids factorised by hierarchical palm4MSA with the product residual rule,
+  then in every Lloyd iteration palm4MSA warm-started from the previous factors, plain
+  PALM (step 1/c, c = 1.001·λ²‖L‖₂²‖R‖₂², no safeguard, no adaptive step), `palm_iter`
+  iterations, no early stop; `hierarchical_refits` is ignored.
+  `hierarchical_refits=0` with the default `variant="dqkm"` is warm-started palm4MSA
+  only, but with dqkm's safeguarded adaptive step — not the published algorithm.
+- Defaults (`variant="dqkm"`) and their cost: hierarchical initial factorisation with
+  the geometric residual rule, at most `palm_iter_init=300` iterations per run, the
+  runs before the last global one stopping when an iteration improves the error by
+  less than 0.1 % (`split_tol=1e-3` of `hierarchical_palm4msa`); `hierarchical_refits=1`
+  runs three refits in iteration 1 (about twice the initial factorisation); later
+  iterations run `palm_iter=50` warm-started, safeguarded iterations.  Every factor
+  update costs O(Q·s·A·B) through the sparse factors (A = min(K, D), B = max(K, D)).
+- Empty clusters (both variants, every `hierarchical_refits`): a cluster that receives
+  no point keeps its previous row of V as the refit's target with the weight of one
+  point (√n = 1 instead of 0).  The warm start's fit objective is unchanged, so the
+  QK-means objective stays non-increasing, and the row moves by at most the refit's
+  starting objective — it neither collapses to 0 nor drifts unconstrained.
+"""
+
+
+def speed_main(args, pf):
+    from _report import markdown_table, write_page
+
+    palm4msa(np.eye(8), n_iter=2)  # load numba's cached kernels
+    palm4msa(np.eye(8), n_iter=2, method="dense")
+    head = ["K × D", "Q", "iterations", "factors s/iter", "dense s/iter", "speed-up",
+            "factors rel. error", "dense rel. error", "pyfaust s/iter"]
+    print("| " + " | ".join(head) + " |")
+    rows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
+    ihead = ["hierarchical init, K × D", "Q", "seconds", "rel. error", "global iterations"]
+    print("| " + " | ".join(ihead) + " |")
+    irows = [init_row(args.init_size)] if args.init_size else []
+    table = markdown_table(head, rows) + "\n\n" + markdown_table(ihead, irows)
+    print(table)
+    if args.markdown:
+        write_page("palm4msa", "palm4MSA through the sparse factors", table, notes=SPEED_NOTES)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--speed", action="store_true",
+                    help="per-iteration time, through the factors vs the dense reference")
+    ap.add_argument("--sizes", default="512,1024,2048", help="K = D sizes for --speed")
+    ap.add_argument("--iters", type=int, default=3, help="palm4MSA iterations timed per size")
+    ap.add_argument("--init-size", type=int, default=1024,
+                    help="K = D of the hierarchical init row of --speed (0: skip)")
+    from _report import add_markdown_option
+    add_markdown_option(ap)
     ap.add_argument("--quick", action="store_true", help="digits target, s=5, 50 iterations")
     ap.add_argument("--hadamard", action="store_true", help="only the Hadamard factorisations")
     ap.add_argument("--targets", default="digits,blobs,hadamard",
@@ -185,8 +311,11 @@ def main():
                          "on the 2-core machine; skipped by default)")
     ap.add_argument("--sparsities", default="5,3", help="comma-separated splincol s values")
     ap.add_argument("--no-pyfaust", action="store_true",
-                    help="dqkm only; time ratios against the ANCHORS figures")
+                    help="dqkm only; time ratios against the PYFAUST_RECORDED figures")
     args = ap.parse_args()
+    if args.speed:
+        speed_main(args, None if args.no_pyfaust else load_pyfaust())
+        return
     if args.hadamard:
         hierarchical_palm4msa(np.eye(8), n_iter=2)
         hadamard_rows([7] if args.quick else [7, 8])

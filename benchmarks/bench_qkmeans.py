@@ -21,9 +21,10 @@
     ``max_iter=10, tol=0`` — the authors' reference setting (their Python:
     ~300 s at palm_iter = 300, objective 1.09 × K-means).  Fit seconds and
     objective ratio to K-means (same k-means++ init, same 10 iterations) over
-    ``palm_iter``, ``palm_iter_init`` and ``hierarchical_refits`` (0:
-    Algorithm 1 as published; 1: the default; 10: every iteration), mean ±
-    std over seeds, and the factors' non-zeros.
+    ``palm_iter``, ``palm_iter_init`` and ``hierarchical_refits`` (0: warm-started
+    palm4MSA only, with dqkm's safeguarded adaptive step — Algorithm 1 as
+    published is ``QKMeans(variant="paper")``; 1: the default; 10: every
+    iteration), mean ± std over seeds, and the factors' non-zeros.
 (3) Training per iteration at K = D (default 1024): ``history_`` seconds split
     into assignment and palm4MSA against ``dqkm.KMeans``'s per-iteration
     seconds on the same data, and the N above which a QK-means iteration

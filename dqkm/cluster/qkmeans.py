@@ -19,25 +19,54 @@ logger = logging.getLogger(__name__)
 __all__ = ["QKMeans"]
 
 _INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
+_VARIANTS = {"dqkm", "paper"}
 
 
-def _hierarchical(A, constraints, *, n_iter, fixed_left=None):
+def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False):
     """Hierarchical palm4MSA as QK-means runs it: adaptive step in the global runs
     and the geometric residual rule (both in docs/ALGORITHMS.md, with the objective
-    ratios they buy on digits)."""
+    ratios they buy on digits).  ``paper``: the published settings — plain PALM
+    (step 1/c, no safeguard), the product residual rule, ``n_iter`` iterations
+    per run without early stop."""
     from ..kernels import default_residual_constraints, hierarchical_palm4msa
 
+    if paper:
+        residuals = default_residual_constraints(constraints, rule="product")
+        return hierarchical_palm4msa(A, constraints, residual_constraints=residuals,
+                                     n_iter=n_iter, tol=0.0, split_tol=0.0,
+                                     fixed_left=fixed_left, safeguard=False)
     residuals = default_residual_constraints(constraints, rule="geometric")
     return hierarchical_palm4msa(A, constraints, residual_constraints=residuals, n_iter=n_iter,
                                  fixed_left=fixed_left, adaptive_step=True)
 
 
-def _palm(A, constraints, *, n_iter, init=None, fixed_left=None):
-    """palm4MSA as QK-means runs it: the adaptive step (docs/ALGORITHMS.md)."""
+def _palm(A, constraints, *, n_iter, init=None, fixed_left=None, paper=False):
+    """palm4MSA as QK-means runs it: the adaptive step (docs/ALGORITHMS.md);
+    ``paper``: plain PALM (step 1/c, no safeguard), ``n_iter`` iterations."""
     from ..kernels import palm4msa
 
+    if paper:
+        return palm4msa(A, constraints, n_iter=n_iter, tol=0.0, init=init,
+                        fixed_left=fixed_left, safeguard=False)
     return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
                     adaptive_step=True)
+
+
+def _empty_rule(A, init, fixed_left):
+    """The empty-cluster rule: a cluster with no point (weight 0) gets its previous
+    row of V (``init``) as target with the weight of one point, so the refit keeps
+    it near where it was instead of leaving it unconstrained.  The warm start's
+    objective is unchanged (the added term is 0 there), so the QK-means objective
+    stays non-increasing."""
+    w = np.asarray(fixed_left, dtype=np.float64)
+    empty = w == 0
+    if not empty.any():
+        return A, w
+    A = np.array(A, dtype=np.float64)
+    w = w.copy()
+    A[empty] = init.toarray().astype(np.float64)[empty]
+    w[empty] = 1.0
+    return A, w
 
 
 def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left, n_iter_unweighted=None):
@@ -68,27 +97,33 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left, n_iter_un
     return polished if polished.errors[-1] < best.errors[-1] else best
 
 
-def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None):
+def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm"):
     """The refit of Lloyd iteration ``iteration`` (from 1):
     :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``,
-    warm-started palm4MSA after."""
-    if iteration > hierarchical_refits:
-        return _palm
+    warm-started palm4MSA after (``variant="paper"``: plain warm-started
+    palm4MSA in every iteration).  Empty clusters follow :func:`_empty_rule`."""
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
-        return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
-                                     fixed_left=fixed_left, n_iter_unweighted=n_iter_unweighted)
+        A, fixed_left = _empty_rule(A, init, fixed_left)
+        if variant == "paper":
+            return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
+                         paper=True)
+        if iteration <= hierarchical_refits:
+            return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
+                                         fixed_left=fixed_left,
+                                         n_iter_unweighted=n_iter_unweighted)
+        return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
     return solve
 
 
-def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None):
+def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None, variant="dqkm"):
     """The solvers of iterations ``start_iter + 1, start_iter + 2, …``, one per
     call (see :func:`_solver_for`)."""
     iteration = [start_iter]
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
         iteration[0] += 1
-        return _solver_for(iteration[0], hierarchical_refits, n_iter_unweighted)(
+        return _solver_for(iteration[0], hierarchical_refits, n_iter_unweighted, variant)(
             A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
 
     return solve
@@ -111,7 +146,8 @@ class _QKMeansAlgorithm(LloydAlgorithm):
     def step(self, X, state, iteration, tol_abs):
         return qkmeans_step(X, state, iteration, self.constraints,
                             palm4msa=_solver_for(iteration, self.estimator.hierarchical_refits,
-                                                 self.estimator.palm_iter_init),
+                                                 self.estimator.palm_iter_init,
+                                                 self.estimator.variant),
                             tol=self.tol, tol_abs=tol_abs,
                             palm_iter=self.estimator.palm_iter, split_every=self.split_every)
 
@@ -164,7 +200,9 @@ class QKMeans(KMeans):
         as "K-means + palm4MSA" does to K-means's centroids) polished by
         ``palm_iter`` warm-started iterations on ``D_√n·U`` — and the best fit
         is kept, so the objective stays non-increasing; later iterations use
-        the warm start only.  0: Algorithm 1 as published.  Such an iteration
+        the warm start only.  0: warm-started palm4MSA only — but with dqkm's
+        safeguarded adaptive step, not Algorithm 1 as published (that is
+        ``variant="paper"``).  Such an iteration
         costs about ``2(Q − 1)(palm_iter + palm_iter_init)`` palm4MSA
         iterations, about as much as the initial factorisation.  The first
         iteration matters most: its target moved far from the k-means++
@@ -173,8 +211,40 @@ class QKMeans(KMeans):
         ends below K-means + palm4MSA on average (the journal's Table 3; on 5
         of 5 seeds of the reproduction's 80 % splits, on 3 of 5 on the whole
         data set and within 0.16 % on the other 2); see docs/BENCHMARKS.md.
+    variant : {'dqkm', 'paper'}, default='dqkm'
+        ``'paper'``: Algorithm 1 of the QuicK-means paper exactly — the initial
+        centroids factorised by hierarchical palm4MSA with the product residual
+        rule (``Splincol(min(s^(Q-l), ·))``, Le Magoarou & Gribonval's rule),
+        then in every Lloyd iteration palm4MSA warm-started from the previous
+        factors, plain PALM (step ``1/c``, ``c = 1.001·λ²‖L‖₂²‖R‖₂²``, no
+        safeguard, no adaptive step), ``palm_iter`` iterations (``palm_iter_init``
+        per run of the initial factorisation), no early stop;
+        ``hierarchical_refits`` is ignored.  Without the safeguard the objective
+        may rise (rarely; Splincol is not an exact projection).  ``'dqkm'``:
+        the safeguarded adaptive step, the geometric residual rule, the
+        hierarchical refits and early stops; lower objectives on digits (see
+        docs/benchmarks/palm4msa.md for what each part costs).
     max_iter, tol, random_state, persist, split_every, n_init, oversampling_factor,
     init_max_iter, verbose : as :class:`dqkm.KMeans`.
+
+    Notes
+    -----
+    Empty clusters (both variants, every ``hierarchical_refits``): a cluster
+    that receives no point keeps its previous row of V as the refit's target,
+    with the weight of one point (``√n = 1`` in place of 0).  The warm start's
+    fit objective is unchanged by it (that row's term is 0 there), so the
+    QK-means objective stays non-increasing, and the row stays within
+    ``‖v_new − v_old‖² <= Σ_k n_k‖u_k − v_old,k‖²`` of where it was — it
+    neither collapses to 0 nor drifts unconstrained.
+
+    Defaults and their cost: the initial factorisation is hierarchical
+    palm4MSA, ``palm_iter_init`` iterations at most per run, the runs of levels
+    before the last stopping when an iteration improves the error by less
+    than 0.1 % (``split_tol``) — about ``Σ_l (iterations of level l)·(l + 1)``
+    factor updates; each factor update costs ``O(Q·s·A·B)`` through the sparse
+    factors (A = min(K, D), B = max(K, D)).  ``hierarchical_refits=1`` runs
+    the three refits in iteration 1 (about twice the initial factorisation);
+    later iterations run ``palm_iter`` warm-started iterations.
 
     Attributes
     ----------
@@ -217,12 +287,13 @@ class QKMeans(KMeans):
         "palm_iter": [Interval(Integral, 1, None, closed="left")],
         "palm_iter_init": [Interval(Integral, 1, None, closed="left")],
         "hierarchical_refits": [Interval(Integral, 0, None, closed="left")],
+        "variant": [Options(str, _VARIANTS)],
     }
 
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
-                 hierarchical_refits=1, max_iter=300, tol=1e-4, random_state=None, persist="auto",
-                 split_every=None,
+                 hierarchical_refits=1, variant="dqkm", max_iter=300, tol=1e-4,
+                 random_state=None, persist="auto", split_every=None,
                  n_init="auto", oversampling_factor=2.0, init_max_iter=None, verbose=0):
         super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
                          random_state=random_state, persist=persist, split_every=split_every,
@@ -234,6 +305,7 @@ class QKMeans(KMeans):
         self.palm_iter = palm_iter
         self.palm_iter_init = palm_iter_init
         self.hierarchical_refits = hierarchical_refits
+        self.variant = variant
 
     def _check_qk_params(self, n_features):
         """The data-dependent check (``sparsity <= min(K, D)``); the number of factors."""
@@ -247,9 +319,10 @@ class QKMeans(KMeans):
 
     def _factorize(self, centers, constraints):
         A = np.asarray(centers, dtype=np.float64)
+        paper = self.variant == "paper"
         if self.init_factorization == "hierarchical":
-            return _hierarchical(A, constraints, n_iter=self.palm_iter_init).factors
-        return _palm(A, constraints, n_iter=self.palm_iter_init).factors
+            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
+        return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
 
     def _check_extra_params(self, n_features):
         self._check_qk_params(n_features)

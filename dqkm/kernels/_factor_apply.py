@@ -247,3 +247,227 @@ def apply_rows_parallel(X, out, tile, ld, n_workers, shapes, indptr, indices, da
             r0 = k * tile
             t = min(tile, n - r0)
             _apply_tile(X, r0, t, out, bufa, bufb, shapes, indptr, indices, data, poffs, ioffs)
+
+
+# ------------------------------------------------ palm4MSA's products with one factor
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _csr_mm(indptr, indices, data, X):
+    """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((r, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[i, t] += v * X[j, t]
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _csr_tmm(indptr, indices, data, X, c):
+    """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
+    r = indptr.size - 1
+    p = X.shape[1]
+    out = np.zeros((c, p))
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            v = data[k]
+            j = indices[k]
+            for t in range(p):
+                out[j, t] += v * X[i, t]
+    return out
+
+
+@njit(cache=True, nogil=True, fastmath=True)
+def _support_dot(indptr, indices, data, Lt, Rt):
+    """``⟨Ltᵀ Rt… , S⟩``: ``Σ_(i,j) S_ij · (Lt[i] · Rt[j])`` over the non-zeros of CSR ``S``."""
+    r = indptr.size - 1
+    p = Lt.shape[1]
+    tot = 0.0
+    for i in range(r):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            acc = 0.0
+            for t in range(p):
+                acc += Lt[i, t] * Rt[j, t]
+            tot += data[k] * acc
+    return tot
+
+
+@njit(cache=True, nogil=True)
+def _dense_to_csr(M):
+    r, c = M.shape
+    nnz = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                nnz += 1
+    indptr = np.zeros(r + 1, dtype=np.int64)
+    indices = np.empty(nnz, dtype=np.int64)
+    data = np.empty(nnz)
+    k = 0
+    for i in range(r):
+        for j in range(c):
+            if M[i, j] != 0.0:
+                indices[k] = j
+                data[k] = M[i, j]
+                k += 1
+        indptr[i + 1] = k
+    return indptr, indices, data
+
+
+@njit(cache=True, nogil=True)
+def _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, transpose):
+    """``F_j x`` (or ``F_jᵀ x``) for factor ``j`` of a flattened CSR chain."""
+    r, c = shapes[j, 0], shapes[j, 1]
+    p0, i0 = poffs[j], ioffs[j]
+    out = np.zeros(c if transpose else r)
+    for i in range(r):
+        if transpose:
+            xi = x[i]
+            for k in range(i0 + indptr[p0 + i], i0 + indptr[p0 + i + 1]):
+                out[indices[k]] += data[k] * xi
+        else:
+            acc = 0.0
+            for k in range(i0 + indptr[p0 + i], i0 + indptr[p0 + i + 1]):
+                acc += data[k] * x[indices[k]]
+            out[i] = acc
+    return out
+
+
+@njit(cache=True, nogil=True)
+def chain_gram_top_eig(indptr, indices, data, poffs, ioffs, shapes, d2, v, left, max_iter, rtol):
+    """Largest eigenvalue of the Gram matrix of a chain ``M = F_0···F_{m-1}`` by
+    warm-started power iteration through the factors (never forming ``M``).
+
+    ``left``: ``MᵀD²M`` (``d2`` the squared diagonal on the left of ``M``), else
+    ``M Mᵀ``.  Stops when the Rayleigh quotient changes by at most ``rtol``
+    relatively, after at most ``max_iter`` products.  Returns the quotient (a
+    lower bound) and the last unit vector.
+    """
+    m = shapes.shape[0]
+    rho = 0.0
+    for _ in range(max_iter):
+        x = v
+        if left:
+            for j in range(m - 1, -1, -1):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, False)
+            x = x * d2
+            for j in range(m):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, True)
+        else:
+            for j in range(m):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, True)
+            for j in range(m - 1, -1, -1):
+                x = _chain_mv(indptr, indices, data, poffs, ioffs, shapes, j, x, False)
+        new = 0.0
+        nw = 0.0
+        for i in range(x.size):
+            new += v[i] * x[i]
+            nw += x[i] * x[i]
+        nw = np.sqrt(nw)
+        if nw == 0.0:
+            return 0.0, v
+        v = x / nw
+        if abs(new - rho) <= rtol * new:
+            return max(new, rho), v
+        rho = new
+    return rho, v
+
+
+# ------------------------------------------------ palm4MSA's factors and spectral norms
+
+_DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
+
+
+class _Factor:
+    """One factor as a dense float64 array plus CSR arrays when sparse enough."""
+
+    __slots__ = ("dense", "csr", "cost", "_all")
+
+    def __init__(self, dense):
+        self.dense = np.ascontiguousarray(dense, dtype=np.float64)
+        nnz = np.count_nonzero(self.dense)
+        self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
+        self.cost = float(nnz if self.csr is not None else self.dense.size)  # multiply-adds per column
+        self._all = self.csr
+
+    def csr_all(self):
+        """CSR arrays also for a dense factor (for the power iterations through the chain)."""
+        if self._all is None:
+            self._all = _dense_to_csr(self.dense)
+        return self._all
+
+    def mul(self, X):
+        """``S @ X``, X (c × p) C-ordered."""
+        if self.csr is None:
+            return self.dense @ X
+        return _csr_mm(*self.csr, np.ascontiguousarray(X))
+
+    def tmul(self, X):
+        """``Sᵀ @ X``, X (r × p) C-ordered."""
+        if self.csr is None:
+            return self.dense.T @ X
+        return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
+
+
+def _lmul(G, X):
+    """``G @ X`` where G is a dense matrix or a diagonal given as a vector."""
+    return G[:, None] * X if G.ndim == 1 else G @ X
+
+
+# power iterations for ‖L‖₂², ‖R‖₂²: (at most, relative-change stopping rule).  Safeguarded
+# updates use a few (an underestimate only costs a backtrack); unguarded (plain PALM) ones
+# iterate to 1e-6, as the descent proof needs c above the Lipschitz constant
+_EIG_RULES = {True: (8, 1e-4), False: (100, 1e-6)}
+
+
+def _chain_top_eig(facs, d2, v, left, few):
+    """:func:`_top_eig` of ``LᵀL`` (``left``, ``L = diag(√d2)·F…``) or ``R Rᵀ``
+    through the factors ``facs`` (same rule, same iterates to rounding)."""
+    ptrs, idxs, vals = [], [], []
+    poffs = np.zeros(len(facs), dtype=np.int64)
+    ioffs = np.zeros(len(facs), dtype=np.int64)
+    p = i = 0
+    for j, f in enumerate(facs):
+        ip, ix, dv = f.csr_all()
+        poffs[j], ioffs[j] = p, i
+        ptrs.append(ip)
+        idxs.append(ix)
+        vals.append(dv)
+        p += ip.size
+        i += ix.size
+    shapes = np.array([f.dense.shape for f in facs], dtype=np.int64)
+    rho, v = chain_gram_top_eig(np.concatenate(ptrs), np.concatenate(idxs), np.concatenate(vals),
+                                poffs, ioffs, shapes, d2, v, left, *_EIG_RULES[few])
+    return float(rho), v
+
+
+def _top_eig(G, v, few):
+    """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
+
+    Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
+    Stops by ``_EIG_RULES[few]``: for a safeguarded update (``few``) after at
+    most 8 products or a relative change below 1e-4 (the backtracking in
+    :func:`_guarded_update` makes an underestimate harmless), else at most
+    100 products or 1e-6.
+    """
+    if G.ndim == 1:
+        return float(G.max()) if G.size else 0.0, v
+    rho = 0.0
+    max_iter, rtol = _EIG_RULES[few]
+    for _ in range(max_iter):
+        w = G @ v
+        new = float(v @ w)
+        nw = np.linalg.norm(w)
+        if nw == 0.0:
+            return 0.0, v
+        v = w / nw
+        if abs(new - rho) <= rtol * new:
+            return max(new, rho), v
+        rho = new
+    return rho, v

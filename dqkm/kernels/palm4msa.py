@@ -30,6 +30,19 @@ splincol(5) factors of the benchmark (see docs/ALGORITHMS.md).  The
 wide factor (A×D) only ever meets ``A`` in two products per sweep.  Factors
 denser than ``_DENSE_ABOVE`` (e.g. hierarchical residuals) use BLAS.
 
+Through the factors (``method="factors"``, the default)
+------------------------------------------------------
+The two GEMMs above cost r·K·c + r²·c per factor, Q·A³ per sweep for K = D =
+A.  The default path replaces them by applying the left chain as sparse
+operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``4·c·Σ_{j<q} nnz(S_j)``
+(O(Q²·s·A²) per sweep), and is chosen per factor when that is below the
+GEMMs' flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR
+row-add's).  Likewise for the last factor the objective is ``‖A − λ L S‖²``
+with ``L S`` through the chain, the errors are the product formed right to
+left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
+through the chains (``chain_gram_top_eig``).  Same iterates as
+``method="dense"`` (the reference) to rounding.
+
 References
 ----------
 Le Magoarou, L. and Gribonval, R. (2016). Flexible multilayer sparse
@@ -43,22 +56,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
 
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
+from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
+                           _initial_factors)
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
                           default_shapes)
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
 
-_DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
 _STEP_MARGIN = 1.001  # c = 1.001 · λ² · ‖L‖₂² · ‖R‖₂² (Algorithm 2, line 7)
 _BACKTRACKS = 2  # c is doubled up to 2**_BACKTRACKS times the bound before an update is refused
 _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step (safeguard on)
+# a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
+# estimate that picks the through-the-factors product or the cached dense one
+_GEMM_GAIN = 8.0
 
 
 @dataclass(frozen=True)
@@ -85,216 +101,12 @@ class Palm4MSAResult:
     n_iter: int
 
 
-# --------------------------------------------------------------------------- kernels
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _csr_mm(indptr, indices, data, X):
-    """``S @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (c × p)."""
-    r = indptr.size - 1
-    p = X.shape[1]
-    out = np.zeros((r, p))
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            v = data[k]
-            j = indices[k]
-            for t in range(p):
-                out[i, t] += v * X[j, t]
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _csr_tmm(indptr, indices, data, X, c):
-    """``Sᵀ @ X`` for CSR ``S`` (r × c) and dense C-ordered ``X`` (r × p)."""
-    r = indptr.size - 1
-    p = X.shape[1]
-    out = np.zeros((c, p))
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            v = data[k]
-            j = indices[k]
-            for t in range(p):
-                out[j, t] += v * X[i, t]
-    return out
-
-
-@njit(cache=True, nogil=True, fastmath=True)
-def _support_dot(indptr, indices, data, Lt, Rt):
-    """``⟨Ltᵀ Rt… , S⟩``: ``Σ_(i,j) S_ij · (Lt[i] · Rt[j])`` over the non-zeros of CSR ``S``."""
-    r = indptr.size - 1
-    p = Lt.shape[1]
-    tot = 0.0
-    for i in range(r):
-        for k in range(indptr[i], indptr[i + 1]):
-            j = indices[k]
-            acc = 0.0
-            for t in range(p):
-                acc += Lt[i, t] * Rt[j, t]
-            tot += data[k] * acc
-    return tot
-
-
-@njit(cache=True, nogil=True)
-def _dense_to_csr(M):
-    r, c = M.shape
-    nnz = 0
-    for i in range(r):
-        for j in range(c):
-            if M[i, j] != 0.0:
-                nnz += 1
-    indptr = np.zeros(r + 1, dtype=np.int64)
-    indices = np.empty(nnz, dtype=np.int64)
-    data = np.empty(nnz)
-    k = 0
-    for i in range(r):
-        for j in range(c):
-            if M[i, j] != 0.0:
-                indices[k] = j
-                data[k] = M[i, j]
-                k += 1
-        indptr[i + 1] = k
-    return indptr, indices, data
-
-
-class _Factor:
-    """One factor as a dense float64 array plus CSR arrays when sparse enough."""
-
-    __slots__ = ("dense", "csr")
-
-    def __init__(self, dense):
-        self.dense = np.ascontiguousarray(dense, dtype=np.float64)
-        nnz = np.count_nonzero(self.dense)
-        self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
-
-    def mul(self, X):
-        """``S @ X``, X (c × p) C-ordered."""
-        if self.csr is None:
-            return self.dense @ X
-        return _csr_mm(*self.csr, np.ascontiguousarray(X))
-
-    def tmul(self, X):
-        """``Sᵀ @ X``, X (r × p) C-ordered."""
-        if self.csr is None:
-            return self.dense.T @ X
-        return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
-
-
-def _lmul(G, X):
-    """``G @ X`` where G is a dense matrix or a diagonal given as a vector."""
-    return G[:, None] * X if G.ndim == 1 else G @ X
-
-
-def _top_eig(G, v):
-    """Largest eigenvalue of a symmetric PSD matrix by warm-started power iteration.
-
-    Returns the Rayleigh quotient (a lower bound of λ_max) and the new vector.
-    Stops when the quotient changes by less than 1e-6 relatively (at most 100
-    products of size n²).  The safeguard in :func:`_sweep` makes an
-    underestimate harmless.
-    """
-    if G.ndim == 1:
-        return float(G.max()) if G.size else 0.0, v
-    rho = 0.0
-    for _ in range(100):
-        w = G @ v
-        new = float(v @ w)
-        nw = np.linalg.norm(w)
-        if nw == 0.0:
-            return 0.0, v
-        v = w / nw
-        if abs(new - rho) <= 1e-6 * new:
-            return max(new, rho), v
-        rho = new
-    return rho, v
-
-
-# --------------------------------------------------------------------------- layout
-
-
-def _check_target(A, owner):
-    if sp.issparse(A):
-        A = A.toarray()
-    A = np.asarray(A)
-    if A.ndim != 2 or A.size == 0:
-        raise ValueError(
-            f"The 'A' parameter of {owner} must be a non-empty 2-D array. Got shape {A.shape} instead."
-        )
-    if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
-        raise TypeError(f"The 'A' parameter of {owner} must be real numeric. Got dtype {A.dtype} instead.")
-    if not np.all(np.isfinite(A)):
-        raise ValueError(f"The 'A' parameter of {owner} contains NaN or infinite values.")
-    out_dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.dtype(np.float64)
-    return np.ascontiguousarray(A, dtype=np.float64), out_dtype
-
-
-def _check_fixed_left(fixed_left, K, owner):
-    if fixed_left is None:
-        return np.ones(K)
-    d = np.asarray(fixed_left)
-    if d.ndim != 1 or d.shape[0] != K:
-        raise ValueError(
-            f"The 'fixed_left' parameter of {owner} must be the diagonal of the fixed left "
-            f"factor, a 1-D array of length K={K}. Got an array of shape {d.shape} instead."
-        )
-    if not np.issubdtype(d.dtype, np.number) or not np.all(np.isfinite(d)):
-        raise ValueError(f"The 'fixed_left' parameter of {owner} must hold finite real numbers.")
-    return d.astype(np.float64)
-
-
-def _check_tol_lam(tol, lam_init, owner):
-    if isinstance(tol, bool) or not isinstance(tol, Real) or not (tol >= 0 and math.isfinite(tol)):
-        raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r} instead.")
-    if lam_init is not None and (
-        isinstance(lam_init, bool) or not isinstance(lam_init, Real) or not math.isfinite(lam_init)
-    ):
-        raise ValueError(
-            f"The 'lam_init' parameter of {owner} must be a finite float or None. Got {lam_init!r} instead."
-        )
-
-
-def _initial_factors(init, constraints, lam_init, owner):
-    """Dense float64 factors and λ of the starting operator (unscaled: λ·ΠS)."""
-    shapes = [c.shape for c in constraints]
-    if init is None:
-        mats = [np.zeros(shapes[0])] + [np.eye(*s) for s in shapes[1:]]
-        lam = 1.0
-    else:
-        lam = 1.0
-        if isinstance(init, Palm4MSAResult):
-            init = init.factors
-        if isinstance(init, SparseFactors):
-            lam = float(init.lam)
-            init = list(init.factors)
-        if isinstance(init, (str, bytes)) or not hasattr(init, "__len__"):
-            raise TypeError(
-                f"The 'init' parameter of {owner} must be None, a Palm4MSAResult, a SparseFactors "
-                f"or a list of arrays. Got {type(init).__name__} instead."
-            )
-        if len(init) != len(shapes):
-            raise ValueError(
-                f"The 'init' parameter of {owner} must hold {len(shapes)} factors (one per "
-                f"constraint). Got {len(init)} instead."
-            )
-        mats = []
-        for q, M in enumerate(init):
-            M = M.toarray() if sp.issparse(M) else np.asarray(M)
-            if M.shape != shapes[q]:
-                raise ValueError(
-                    f"Factor {q} of 'init' ({owner}) has shape {M.shape}; the constraints "
-                    f"expect {shapes[q]}."
-                )
-            if not np.all(np.isfinite(M)):
-                raise ValueError(f"Factor {q} of 'init' ({owner}) contains NaN or infinite values.")
-            mats.append(np.array(M, dtype=np.float64))
-    if lam_init is not None:
-        lam = float(lam_init)
-    # unit-norm factors, scale moved into λ: the product is unchanged
-    for M in mats:
-        n = np.linalg.norm(M)
-        if n > 0:
-            M /= n  # OUT (our own copy)
-            lam *= n
-    return mats, lam
+def _chain_error(A, d, facs, lam):
+    """``‖A − λ·diag(d)·S1···SQ‖_F``, the product formed right to left through the factors."""
+    P = facs[-1].dense
+    for f in reversed(facs[:-1]):
+        P = f.mul(P)
+    return float(np.linalg.norm(A - lam * (d[:, None] * P)))
 
 
 def _exact_error(A, d, mats, lam):
@@ -310,7 +122,7 @@ def _exact_error(A, d, mats, lam):
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
-    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive):
+    def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
         self.At = np.ascontiguousarray(A.T)
         self.d = d
@@ -318,7 +130,11 @@ class _State:
         self.facs = [_Factor(M) for M in mats]
         self.lam = lam
         self.normA2 = float(np.vdot(A, A))
-        self.f = _exact_error(A, d, mats, lam) ** 2
+        self.through = method == "factors"
+        if self.through:
+            self.f = _chain_error(A, d, self.facs, lam) ** 2
+        else:
+            self.f = _exact_error(A, d, mats, lam) ** 2
         self.safeguard = safeguard
         # adaptive step (safeguarded updates only): factor q first tries c·scale[q]
         self.scale = [1.0] * len(constraints)
@@ -352,11 +168,12 @@ class _Ctx:
     float64 ``C`` when ``S`` is dense or ``L`` is the diagonal ``F0``.
     """
 
-    __slots__ = ("Lt", "Rt", "GL", "GR", "_C64")
+    __slots__ = ("Lt", "Rt", "GL", "GR", "_C64", "q")
 
-    def __init__(self, Lt, Rt, GL, GR):
+    def __init__(self, Lt, Rt, GL, GR, q=0):
         self.Lt, self.Rt, self.GL, self.GR = Lt, Rt, GL, GR
         self._C64 = None
+        self.q = q
 
     def C64(self):
         if self._C64 is None:
@@ -377,6 +194,53 @@ class _Ctx:
         return float(_support_dot(*fac.csr, self.Lt, self.Rt))
 
 
+def _left_apply(st, q, X):
+    """``L X`` with ``L = diag(d)·S1···S_{q-1}`` (the current left factors), X dense."""
+    for j in range(q - 1, -1, -1):
+        X = st.facs[j].mul(X)
+    return st.d[:, None] * X
+
+
+def _left_tapply(st, q, Y):
+    """``Lᵀ Y`` through the left factors, Y dense (K × p)."""
+    Y = st.d[:, None] * Y
+    for j in range(q):
+        Y = st.facs[j].tmul(Y)
+    return Y
+
+
+def _left_cheaper(st, q, fac, p):
+    """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
+    products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
+    ``method="factors"`` path; a GEMM flop counts ``1/_GEMM_GAIN``)."""
+    r, K = fac.dense.shape[0], st.A.shape[0]
+    chain = 2.0 * p * sum(f.cost for f in st.facs[:q]) + K * p
+    gemm = (r * r * p + r * K * p) / _GEMM_GAIN
+    return chain < gemm
+
+
+def _last_through_cheaper(st, q, fac):
+    """For the last factor S (r × D): whether ``L·S`` through the factors costs less
+    than the products ``S·Aᵀ`` and ``S·Sᵀ`` of :func:`_objective`."""
+    r, D = fac.dense.shape
+    K = st.A.shape[0]
+    chain = 2.0 * D * sum(f.cost for f in st.facs[:q]) + 3.0 * K * D
+    direct = fac.cost * (K + r) / (1.0 if fac.csr is not None else _GEMM_GAIN)
+    return chain < direct
+
+
+def _gradient(st, q, fac, SGR, ctx):
+    """``½∇f(S) = λ² GL·S·GR − λ C``: through the factors (``λ Lᵀ(λ L·S·GR − A Rᵀ)``)
+    when the cost estimate says so, else with the cached ``GL`` and ``Lᵀ``."""
+    lam, GL = st.lam, ctx.GL
+    if GL.ndim == 1:
+        return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
+    if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
+        Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
+        return lam * _left_tapply(st, q, Y)
+    return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
+
+
 def _objective(st, ctx, fac):
     """f(S) = ‖A‖² − 2λ⟨C,S⟩ + λ²⟨GL S, S GR⟩, with ⟨C,S⟩ and ⟨GL S, S GR⟩.
 
@@ -385,6 +249,11 @@ def _objective(st, ctx, fac):
     then give both terms: ``⟨C,S⟩ = ⟨Lᵀ, S Aᵀ⟩`` and ``⟨GL S, S⟩ = ⟨GL, S Sᵀ⟩``.
     """
     S = fac.dense
+    if ctx.GR is None and st.through and _last_through_cheaper(st, ctx.q, fac):
+        # ⟨C,S⟩ = ⟨A, L S⟩ and ⟨GL S, S⟩ = ‖L S‖²: L S through the left factors
+        LS = _left_apply(st, ctx.q, S)
+        lin, quad = float(np.vdot(st.A, LS)), float(np.vdot(LS, LS))
+        return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
         SAt = fac.mul(ctx.Rt)
         SSt = fac.mul(np.ascontiguousarray(S.T))
@@ -464,20 +333,23 @@ def _sweep(st, guard):
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
         fac = facs[q]
-        ctx = _Ctx(Lt[q], st.At if Tt is None else Tt, GL[q], GR)
-        rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q])
+        ctx = _Ctx(Lt[q], st.At if Tt is None else Tt, GL[q], GR, q)
+        few = guard and st.feasible[q]  # the update is safeguarded
+        if st.through and GL[q].ndim == 2:
+            rhoL, st.vL[q] = _chain_top_eig(facs[:q], d * d, st.vL[q], True, few)
+        else:
+            rhoL, st.vL[q] = _top_eig(GL[q], st.vL[q], few)
         if GR is None:
             rhoR = 1.0
+        elif st.through:
+            rhoR, st.vR[q] = _chain_top_eig(facs[q + 1:], d, st.vR[q], False, few)
         else:
-            rhoR, st.vR[q] = _top_eig(GR, st.vR[q])
+            rhoR, st.vR[q] = _top_eig(GR, st.vR[q], few)
         c = _STEP_MARGIN * lam * lam * rhoL * rhoR
         SGR_new = None  # S_new · GR, when already computed
         if c > 0.0:
             SGR = fac.dense if GR is None else fac.mul(GR)
-            if GL[q].ndim == 1:
-                grad = lam * lam * (GL[q][:, None] * SGR) - lam * ctx.C32()
-            else:
-                grad = lam * lam * (GL[q].astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
+            grad = _gradient(st, q, fac, SGR, ctx)
             if guard and st.feasible[q]:
                 fac, SGR_new = _guarded_update(st, q, fac, grad, c, ctx)
             else:
@@ -512,12 +384,13 @@ def _sweep(st, guard):
     return math.sqrt(max(st.f, 0.0))
 
 
-def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False):
+def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False,
+         method="factors"):
     """Core loop shared with the hierarchical solver; returns (mats, lam, errors).
 
     ``adaptive=False``: every guarded update starts from the bound ``c``.
     """
-    st = _State(A, d, constraints, mats, lam, safeguard, adaptive)
+    st = _State(A, d, constraints, mats, lam, safeguard, adaptive, method)
     errors = [math.sqrt(st.f)]
     for t in range(1, n_iter + 1):
         err = _sweep(st, guard=safeguard)
@@ -529,7 +402,8 @@ def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptiv
             break
     mats = [f.dense for f in st.facs]
     if len(errors) > 1:
-        errors[-1] = _exact_error(A, d, mats, st.lam)
+        errors[-1] = (_chain_error(A, d, st.facs, st.lam) if st.through
+                      else _exact_error(A, d, mats, st.lam))
     return mats, st.lam, np.asarray(errors)
 
 
@@ -555,6 +429,7 @@ def palm4msa(
     callback=None,
     safeguard=True,
     adaptive_step=False,
+    method="factors",
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ`` (palm4MSA).
 
@@ -589,6 +464,12 @@ def palm4msa(
         still increases, the previous factor is kept.  With it the objective
         never increases, also for the ``Splincol`` heuristic, which is not an
         exact projection.  False: plain PALM at the bound ``c`` (for comparison).
+    method : {"factors", "dense"}, default "factors"
+        ``"factors"``: gradients, errors and spectral norms through the sparse
+        factor chains where the cost estimate says it is cheaper (see the
+        module notes); ``"dense"``: the reference with the cached dense left
+        parts (r×K×c GEMMs per factor).  Same iterates to rounding (the
+        reference forms the gradient in float32).
     adaptive_step : bool, default False
         With the safeguard: each factor's update first tries ``c·scale``, with
         ``scale`` halved after every accepted step (down to 1/64) and reset to
@@ -635,7 +516,10 @@ def palm4msa(
         raise TypeError(f"The 'callback' parameter of palm4msa must be callable or None. Got {callback!r}.")
     d = _check_fixed_left(fixed_left, K, "palm4msa")
     adaptive = _check_bool(adaptive_step, "adaptive_step", "palm4msa")
+    if isinstance(init, Palm4MSAResult):
+        init = init.factors
     mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
+    method = _check_method(method, "palm4msa")
     mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard),
-                             adaptive=adaptive)
+                             adaptive=adaptive, method=method)
     return _result(mats, lam, errors, dtype)

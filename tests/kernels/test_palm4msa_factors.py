@@ -1,0 +1,111 @@
+"""palm4MSA through the sparse factors (``method="factors"``) against the dense reference."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import dqkm.kernels.palm4msa  # noqa: F401  (the module, for monkeypatching below)
+from dqkm.kernels.hierarchical import hierarchical_palm4msa
+from dqkm.kernels.palm4msa import default_constraints, palm4msa
+
+_palm_module = sys.modules["dqkm.kernels.palm4msa"]
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    return load_digits().data.astype(np.float64)
+
+
+def _target(kind, K, D, digits):
+    rng = np.random.default_rng(K * 1000 + D)
+    if kind == "random":
+        return rng.standard_normal((K, D))
+    # digits-derived: cluster means of digits (64 features), tiled/cut to D columns
+    from sklearn.cluster import KMeans
+
+    C = KMeans(K, n_init=1, random_state=0).fit(digits[:600]).cluster_centers_
+    return np.tile(C, (1, -(-D // 64)))[:, :D] + 0.01 * rng.standard_normal((K, D))
+
+
+def _same(a, b, rtol=1e-5, atol=1e-5):
+    # "to rounding": the reference forms the gradient's GEMMs in float32, so the factors
+    # (unit Frobenius norm) agree to ~1e-6 absolute; supports and iteration counts exactly
+    assert a.n_iter == b.n_iter
+    assert a.lam == pytest.approx(b.lam, rel=rtol)
+    for Sa, Sb in zip(a.factors.factors, b.factors.factors):
+        np.testing.assert_array_equal(Sa.toarray() != 0, Sb.toarray() != 0)
+        np.testing.assert_allclose(Sa.toarray(), Sb.toarray(), rtol=0, atol=atol)
+    np.testing.assert_allclose(a.errors, b.errors, rtol=rtol)
+
+
+@pytest.mark.parametrize("kind", ["random", "digits"])
+@pytest.mark.parametrize("shape", [(24, 80), (48, 48), (80, 24)], ids=["K<D", "K=D", "K>D"])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_through_factors_equals_dense_reference(digits, kind, shape, adaptive):
+    A = _target(kind, *shape, digits)
+    cons = default_constraints(*shape, sparsity=3)
+    kw = dict(n_iter=12, tol=0, adaptive_step=adaptive)
+    _same(palm4msa(A, cons, method="factors", **kw), palm4msa(A, cons, method="dense", **kw))
+
+
+@pytest.mark.parametrize("shape", [(24, 80), (80, 24)], ids=["K<D", "K>D"])
+def test_through_factors_equals_dense_unguarded_and_weighted(digits, shape):
+    A = _target("digits", *shape, digits)
+    cons = default_constraints(*shape, sparsity=3)
+    w = np.sqrt(np.random.default_rng(0).integers(0, 5, shape[0]).astype(float))  # zeros: empty
+    for kw in (dict(safeguard=False), dict(fixed_left=w, adaptive_step=True)):
+        kw.update(n_iter=10, tol=0)
+        _same(palm4msa(A, cons, method="factors", **kw), palm4msa(A, cons, method="dense", **kw))
+
+
+def test_hierarchical_through_factors_equals_dense(digits):
+    A = _target("digits", 32, 64, digits)
+    cons = default_constraints(32, 64, sparsity=3)
+    # 2(Q - 1) runs chained: the float32 rounding of the reference compounds (~1e-4)
+    kw = dict(n_iter=15, adaptive_step=True)
+    _same(hierarchical_palm4msa(A, cons, method="factors", **kw),
+          hierarchical_palm4msa(A, cons, method="dense", **kw), rtol=1e-3, atol=1e-4)
+
+
+def test_no_dense_product_of_the_sparse_chains(monkeypatch):
+    """Where the factors are sparse enough (here 256 × 256, s = 2: every chain is cheaper
+    than the GEMMs by the cost estimate), the through-the-factors path never multiplies
+    the dense left part by a dense right part (the r×K×c GEMM) nor forms the dense
+    product for the error."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("dense product of the factor chains")
+
+    monkeypatch.setattr(_palm_module, "_exact_error", refuse)
+    monkeypatch.setattr(_palm_module._Ctx, "C32",
+                        lambda self: refuse() if self.Lt.ndim == 2 else self.C64())
+    A = np.random.default_rng(3).standard_normal((256, 256))
+    cons = default_constraints(256, 256, sparsity=2)
+    res = palm4msa(A, cons, n_iter=3, tol=0, adaptive_step=True)
+    assert res.errors[-1] < res.errors[0]
+    with pytest.raises(AssertionError, match="dense product"):
+        palm4msa(A, cons, n_iter=1, method="dense")
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_objective_non_increasing_with_few_power_iterations(digits, adaptive):
+    # the safeguarded updates estimate ‖L‖₂², ‖R‖₂² with a few power iterations (an
+    # underestimate is possible); backtracking keeps every iteration a descent
+    A = _target("digits", 80, 24, digits)
+    res = palm4msa(A, default_constraints(80, 24, sparsity=3), n_iter=60, tol=0,
+                   adaptive_step=adaptive)
+    assert np.all(np.diff(res.errors) <= 1e-9 * res.errors[0])
+    assert res.errors[-1] < 0.7 * res.errors[0]
+
+
+def test_bad_method():
+    with pytest.raises(ValueError, match=r"'method' parameter of palm4msa must be one of "
+                                         r"\['factors', 'dense'\]. Got 'gpu'"):
+        palm4msa(np.ones((4, 4)), method="gpu")
+    with pytest.raises(ValueError, match="'method' parameter of hierarchical_palm4msa"):
+        hierarchical_palm4msa(np.ones((4, 4)), method=None)
+    with pytest.raises(ValueError, match="'split_tol' parameter of hierarchical_palm4msa must "
+                                         "be a float >= 0. Got -1"):
+        hierarchical_palm4msa(np.ones((4, 4)), split_tol=-1)
