@@ -14,7 +14,7 @@ $(PY):
 
 # An editable install: new modules and subpackages of dqkm need no re-install.
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,plot,dashboard]'
+	$(PIP) install -e '.[test,plot,dashboard,jupyter]'
 	@touch $@
 
 $(VENV)/.installed-demo: pyproject.toml | $(PY)

@@ -58,7 +58,8 @@ def progress(enabled: bool = True):
 
     Works with the threaded scheduler (``dask.diagnostics.ProgressBar``) and
     with a ``distributed.Client`` (``distributed.progress``: a text bar in a
-    terminal, a widget in Jupyter).
+    terminal, a widget displayed in Jupyter with ``ipywidgets``, a text bar in
+    Jupyter without it).
     """
     old = _PROGRESS["enabled"]
     _PROGRESS["enabled"] = bool(enabled)
@@ -132,9 +133,9 @@ def driver_blas():
 def _show_progress(futures):
     """distributed's progress bar (text in a terminal, widget in Jupyter), if enabled."""
     if _PROGRESS["enabled"]:
-        from distributed import progress as dist_progress
+        from ..progress import show_dask_progress
 
-        dist_progress(futures)
+        show_dask_progress(futures)
 
 
 def _local_progress():
