@@ -43,8 +43,14 @@ import sys
 
 logger = logging.getLogger("dqkm")
 
-__all__ = ["make_reporter", "LineReporter", "LiveLineReporter", "NullReporter",
+__all__ = ["DASK_BARS", "make_reporter", "LineReporter", "LiveLineReporter", "NullReporter",
            "WidgetReporter", "in_jupyter", "log_to_stderr", "show_dask_progress"]
+
+
+#: Whether Dask's progress bar is shown for every pass over the data: set by
+#: :func:`dqkm.parallel.engine.progress` and by a ``verbose=2`` reporter, read by
+#: the passes (this module is below :mod:`dqkm.parallel` and imports nothing of it).
+DASK_BARS = {"enabled": False}
 
 
 def _check_verbose(verbose):
@@ -160,9 +166,9 @@ class NullReporter:
 
     def with_dask_bars(self):
         """Turn on Dask's per-pass bars until :meth:`close` (``verbose=2``)."""
-        from .parallel.engine import progress
-
-        self._dask_bars.enter_context(progress(True))
+        old = DASK_BARS["enabled"]
+        DASK_BARS["enabled"] = True
+        self._dask_bars.callback(DASK_BARS.__setitem__, "enabled", old)
         return self
 
     # ------------------------------------------------------------------ shared text

@@ -28,6 +28,8 @@ from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import List, Task, TaskRef
 
+from ..progress import DASK_BARS as _PROGRESS  # one switch, shared with verbose=2 fits
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -48,8 +50,6 @@ __all__ = [
 ]
 
 DEFAULT_SPLIT_EVERY = 8
-
-_PROGRESS = {"enabled": False}
 
 
 @contextlib.contextmanager
