@@ -468,3 +468,40 @@ def test_report_plot_draws_relative_objective_and_shift_against_tol(models, caps
     objective = np.array([r["objective"] for r in history])
     rel = objective / objective[-1] - 1
     np.testing.assert_allclose(obj_ax.get_lines()[0].get_ydata(), rel[rel > 0])
+
+
+def test_fit_sets_verbose_only_on_estimators_that_have_it():
+    from argparse import Namespace
+
+    from dqkm.cli import _fit_verbose
+
+    class WithVerbose:
+        def __init__(self):
+            self.verbose = 0
+
+        def get_params(self):
+            return {"n_clusters": 2, "verbose": self.verbose}
+
+        def set_params(self, **kw):
+            self.__dict__.update(kw)
+
+    class Without(WithVerbose):
+        def get_params(self):
+            return {"n_clusters": 2}
+
+        def set_params(self, **kw):
+            raise AssertionError("verbose passed to an estimator without it")
+
+    def args(**kw):
+        base = {"param": None, "no_progress": False, "quiet": False, "pass_bars": False}
+        return Namespace(**{**base, **kw})
+
+    assert _fit_verbose(Without(), args()) is False
+    for kw, level in (({}, 1), ({"pass_bars": True}, 2), ({"quiet": True}, 0),
+                      ({"no_progress": True, "pass_bars": True}, 0)):
+        model = WithVerbose()
+        assert _fit_verbose(model, args(**kw)) is True and model.verbose == level, kw
+    model = WithVerbose()
+    model.verbose = 2  # --param verbose=2 wins
+    _fit_verbose(model, args(param=["verbose=2"], quiet=True))
+    assert model.verbose == 2
