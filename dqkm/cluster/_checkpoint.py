@@ -4,7 +4,8 @@ Layout (a Zarr v3 group at ``path``)::
 
     path/zarr.json          group attributes: format version and the fit's identity
     path/dqkm-lock.json     the lock of the fit writing the checkpoint (while it runs)
-    path/iter-000012/       the state after iteration 12 (arrays + JSON attributes, and
+    path/iter-000012/       the state after iteration 12 of the first run (run r > 1:
+                            ``run-00r-iter-000012``) (arrays + JSON attributes, and
                             what ``save(..., extra=...)`` adds, e.g. KMultipleMeans's
                             per-chunk rows of S in ``rows/``), with ``dqkm-files.json``
                             (every file of the group and its size)
@@ -49,13 +50,15 @@ __all__ = ["Checkpoint", "CheckpointError", "CheckpointLock", "CheckpointMismatc
            "check_checkpoint_path", "checkpointing", "identity_from_params", "scheduler_lost",
            "IGNORED_PARAMS", "LOCK_NAME"]
 
-CHECKPOINT_FORMAT_VERSION = 2
+# 3: the fit driver's layout (run and iteration stored apart; groups of runs after the
+# first named ``run-NNN-iter-NNNNNN``).
+CHECKPOINT_FORMAT_VERSION = 3
 _FILES = "dqkm-files.json"
 
 #: Constructor parameters left out of every checkpoint identity because they
-#: cannot change the result: where X is kept during the fit.  (``split_every``
-#: stays in: it sets the order of the float64 sums.)
-IGNORED_PARAMS = ("persist",)
+#: cannot change the result: where X is kept during the fit, and what the fit
+#: shows.  (``split_every`` stays in: it sets the order of the float64 sums.)
+IGNORED_PARAMS = ("persist", "verbose")
 
 # Keys reported first when an identity differs (the later ones often follow from them).
 _KEY_ORDER = ("estimator", "n_samples", "n_features", "dtype", "row_chunks", "embedding",
@@ -201,11 +204,14 @@ class Checkpoint:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise self._damaged(f"its zarr.json cannot be read ({type(e).__name__}: "
                                 f"{e})") from None
-        if found.get("format_version") != CHECKPOINT_FORMAT_VERSION:
+        version = found.get("format_version")
+        if version != CHECKPOINT_FORMAT_VERSION:
+            older = (isinstance(version, int) and version < CHECKPOINT_FORMAT_VERSION)
             raise CheckpointMismatchError(
-                f"checkpoint {self.path!r} has format {found.get('format_version')!r}, but this "
-                f"dqkm resumes format {CHECKPOINT_FORMAT_VERSION}; fit with resume=False to "
-                "start over, or use another checkpoint path.")
+                f"checkpoint {self.path!r} has format {version!r}"
+                f"{' (written by an older dqkm)' if older else ''}, but this dqkm resumes "
+                f"format {CHECKPOINT_FORMAT_VERSION}; fit with resume=False to start over "
+                "(this replaces the checkpoint), or use another checkpoint path.")
         stored, mine = found.get("identity", {}), self.identity
         keys = set(mine) | set(stored)
         first = [k for k in _KEY_ORDER if k in keys]
@@ -241,8 +247,8 @@ class Checkpoint:
                             "format_version": CHECKPOINT_FORMAT_VERSION,
                             "identity": self.identity}})
 
-    def save(self, iteration: int, arrays: dict, meta: dict, extra=None):
-        """Write the state after ``iteration`` and make it the latest.
+    def save(self, iteration: int, arrays: dict, meta: dict, extra=None, run=0):
+        """Write the state after ``iteration`` of run ``run`` and make it the latest.
 
         Parameters
         ----------
@@ -258,8 +264,11 @@ class Checkpoint:
             arrays and before ``latest.json`` names the group, so a crash in
             it leaves the previous state the latest.  Its files are listed
             with their sizes, checked by :meth:`load`.
+        run : int, default=0
+            The run (from 0) of a fit with several; a run after the first
+            prefixes the name: ``run-NNN-iter-NNNNNN`` (NNN from 2).
         """
-        name = f"iter-{iteration:06d}"
+        name = f"iter-{iteration:06d}" if run == 0 else f"run-{run + 1:03d}-iter-{iteration:06d}"
         previous = self._latest_name(strict=False)
         if name == previous:
             raise ValueError(f"checkpoint state {name} would replace the latest state in place")

@@ -27,9 +27,9 @@ __all__ = ["CheckpointLock", "check_checkpoint_path", "input_store_paths", "is_d
            "LOCK_NAME", "ITER_RE", "TMP_RE", "KNOWN_FORMATS"]
 
 LOCK_NAME = "dqkm-lock.json"
-ITER_RE = re.compile(r"^iter-\d{6,}$")  # the state groups dqkm names
+ITER_RE = re.compile(r"^(run-\d{3,}-)?iter-\d{6,}$")  # the state groups dqkm names
 TMP_RE = re.compile(r"^(latest|zarr)\.json\.[A-Za-z0-9_.-]+\.tmp$|^latest\.json\.tmp$")
-KNOWN_FORMATS = (1, 2)  # checkpoint format versions this dqkm wrote or writes
+KNOWN_FORMATS = (1, 2, 3)  # checkpoint format versions this dqkm wrote or writes
 
 
 def _real(path):

@@ -6,22 +6,58 @@ import logging
 
 import numpy as np
 from sklearn.cluster import kmeans_plusplus
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..parallel.engine import SchedulerLostError, driver_blas, maybe_persist
-from ..parallel.finite import check_sample
-from ..parallel.lloyd import (IterationResult, assign, center_distances, inertia,
-                              kmeans_parallel_init, lloyd, min_sq_distances, sample_rows)
-from ._base import DqkmClusterer, check_param
+from ..parallel.engine import driver_blas, maybe_persist
 from ..parallel.fingerprint import data_fingerprint
-from ._checkpoint import checkpointing, identity_from_params, scheduler_lost
+from ..parallel.finite import check_sample
+from ..parallel.lloyd import (assign, center_distances, inertia, kmeans_parallel_init,
+                              lloyd_step, min_sq_distances, sample_rows)
+from ._base import DqkmClusterer, check_param
+from ._checkpoint import identity_from_params
+from ._driver import IterativeAlgorithm, run_fit
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KMeans"]
+__all__ = ["KMeans", "LloydAlgorithm"]
 
 _INIT_OPTIONS = {"k-means++", "k-means||", "random"}
+
+
+class LloydAlgorithm(IterativeAlgorithm):
+    """Lloyd's iterations of a :class:`KMeans` (or subclass) for the fit driver:
+    the state is the centers, one step is one pass over X."""
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+        self.name = type(estimator).__name__
+        self.max_iter, self.tol = estimator.max_iter, estimator.tol
+        self.split_every = estimator.split_every
+
+    def identity(self, X):
+        """Every constructor parameter but ``persist`` and ``verbose``, X's shape,
+        dtype, row chunks and fingerprint (one pass over X)."""
+        return identity_from_params(self.estimator, X, fingerprint=data_fingerprint(
+            X, split_every=self.split_every))
+
+    def init_state(self, X, rng):
+        return self.estimator._initial_centers(X, rng)
+
+    def step(self, X, state, iteration, tol_abs):
+        return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
+                          split_every=self.split_every)
+
+    def pack(self, state):
+        return {"centers": np.asarray(state)}
+
+    def unpack(self, arrays):
+        return arrays["centers"]
+
+    def finalize(self, X, result):
+        # With a zero shift the last pass already used the final centers.
+        if result.shift == 0:
+            return result.last_objective
+        return inertia(X, result.state, split_every=self.split_every)
 
 
 class KMeans(DqkmClusterer):
@@ -59,6 +95,10 @@ class KMeans(DqkmClusterer):
         k-means‖ only: expected candidates per round, as a multiple of K.
     init_max_iter : int or None, default=None
         k-means‖ only: number of sampling rounds (None: 5, as Bahmani et al.).
+    verbose : int, default=0
+        0: silent; 1: one line per iteration (iteration, objective, shift
+        against the tolerance, seconds) on stderr; 2: also Dask's progress
+        bar for every pass (see :mod:`dqkm.progress`).
 
     Attributes
     ----------
@@ -93,7 +133,7 @@ class KMeans(DqkmClusterer):
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, persist="auto", split_every=None,
-                 oversampling_factor=2.0, init_max_iter=None):
+                 oversampling_factor=2.0, init_max_iter=None, verbose=0):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -104,6 +144,7 @@ class KMeans(DqkmClusterer):
         self.split_every = split_every
         self.oversampling_factor = oversampling_factor
         self.init_max_iter = init_max_iter
+        self.verbose = verbose
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples):
@@ -175,57 +216,53 @@ class KMeans(DqkmClusterer):
             inside the input store is refused with a ``CheckpointError``.  The
             fit locks it (a second fit on it gets a ``CheckpointError`` naming
             the host and pid of the first) and records its identity: every
-            constructor parameter but ``persist``, and X's shape, dtype, row
-            chunks and fingerprint (per-chunk row counts and float64 column
+            constructor parameter but ``persist`` and ``verbose``, and X's
+            shape, dtype, row chunks and fingerprint (per-chunk row counts and float64 column
             sums: one extra pass over X, made only with a checkpoint).
         resume : bool, default=False
-            Continue from ``checkpoint`` if it holds a state; the result is the
+            Continue from ``checkpoint`` if it holds a state (in the run and
+            after the iteration it was written); the result is the
             same as an uninterrupted fit with the same seed.  A checkpoint of
             another estimator, other parameters or other data is refused with
             a ``CheckpointMismatchError``, a damaged one (a missing or altered
-            array, file or state) with a ``CheckpointError``.
+            array, file or state) with a ``CheckpointError``, and one written
+            by an older dqkm (another checkpoint format) with a
+            ``CheckpointMismatchError`` saying to fit with ``resume=False``.
 
         Returns
         -------
         self
         """
+        return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume)
+
+    def _fit(self, X, *, callback, checkpoint, resume, inputs=None, compose=None):
+        """Validate X and the parameters, run the fit driver, set the fitted state.
+
+        ``inputs`` is X as the user gave it (default ``X``: the stores the
+        checkpoint must stay apart from); ``compose(algorithm)`` returns the
+        algorithm the driver runs in place of this estimator's own (an
+        estimator running K-means on data of its own names itself there).
+        """
         Xd, lazy = self._validate_X(X, reset=True)
         n_init = self._check_params(Xd.shape[0])
         self._check_extra_params(Xd.shape[1])
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
         Xd, _ = maybe_persist(Xd, self.persist)
-        value, res = self._fit_runs(Xd, n_init, rng, callback, checkpoint, resume, inputs=X)
-        self._set_fitted(Xd, lazy, value, res)
+        algorithm = self._algorithm(Xd.shape[1])
+        if compose is not None:
+            algorithm = compose(algorithm)
+        fit = run_fit(algorithm, Xd, n_init=n_init, random_state=self.random_state,
+                      callback=callback, verbose=self.verbose, checkpoint=checkpoint,
+                      resume=resume, inputs=X if inputs is None else inputs)
+        self._set_fitted(Xd, lazy, fit.value, fit.result)
         return self
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.
     def _check_extra_params(self, n_features):
         """Validate the parameters a subclass adds (none for KMeans)."""
 
-    def _init_state(self, Xd, rng):
-        return self._initial_centers(Xd, rng)
-
-    def _iterate(self, Xd, state, **kw):
-        return lloyd(Xd, state, max_iter=self.max_iter, tol=self.tol,
-                     split_every=self.split_every, **kw)
-
-    def _final_value(self, Xd, res):
-        # With a zero shift the last pass already used the final centers.
-        if res.shift == 0:
-            return res.last_objective
-        return inertia(Xd, res.state, split_every=self.split_every)
-
-    def _pack(self, state):
-        return {"centers": np.asarray(state)}
-
-    def _unpack(self, arrays, prefix):
-        return arrays[prefix + "centers"]
-
-    def _resumed_result(self, state, meta):
-        return IterationResult(state=state, n_iter=meta["iteration"], history=meta["history"],
-                               converged=meta["converged"],
-                               last_objective=meta["last_objective"], shift=meta["shift"])
+    def _algorithm(self, n_features):
+        """The protocol object the fit driver runs (see :mod:`dqkm.cluster._driver`)."""
+        return LloydAlgorithm(self)
 
     def _set_fitted(self, Xd, lazy, value, res):
         self.cluster_centers_ = res.state
@@ -233,99 +270,6 @@ class KMeans(DqkmClusterer):
         self.n_iter_ = int(res.n_iter)
         self.history_ = res.history
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
-
-    def _checkpoint_identity(self, Xd):
-        """What a checkpoint must match (see :func:`identity_from_params`): every
-        constructor parameter but ``persist``, X's shape, dtype, row chunks and
-        fingerprint (one extra pass over X, made only when a checkpoint is used)."""
-        owner = dict(getattr(self, "_owner_identity", {}))
-        # An estimator that runs this K-means inside its own fit (SparseEmbeddedKMeans)
-        # names itself and its own parameters (and the fingerprint of its own X), so its
-        # checkpoints are told apart.
-        fingerprint = owner.pop("data_fingerprint", None)
-        if callable(fingerprint):
-            fingerprint = fingerprint()
-        if fingerprint is None:
-            fingerprint = data_fingerprint(Xd, split_every=self.split_every)
-        identity = identity_from_params(self, Xd, fingerprint=fingerprint)
-        identity.update(owner)
-        return identity
-
-    def _fit_runs(self, Xd, n_init, rng, callback, checkpoint, resume, inputs=None):
-        """The ``n_init`` runs, keeping the best; checkpointed when asked.
-
-        With a checkpoint, the fit holds its lock throughout (released on any
-        exception too); ``inputs`` (X as given) names the input store the
-        checkpoint must stay apart from.
-        """
-        inputs = getattr(self, "_owner_inputs", inputs)  # the owner's X (SparseEmbeddedKMeans)
-        with checkpointing(checkpoint, inputs=inputs, resume=resume,
-                           identity=lambda: self._checkpoint_identity(Xd)) as (ck, saved):
-            if saved is not None:
-                ck.check_max_iter(self.max_iter, saved[1]["iteration"], saved[1]["run"])
-                logger.info("resuming from %s at run %d, iteration %d", checkpoint,
-                            saved[1]["run"], saved[1]["iteration"])
-            return self._runs(Xd, n_init, rng, callback, ck, saved, checkpoint)
-
-    def _runs(self, Xd, n_init, rng, callback, ck, saved, checkpoint):
-        best = None
-        start_run = 0
-        if saved is not None:
-            arrays, meta = saved
-            start_run = meta["run"]
-            rng.bit_generator.state = meta["rng"]
-            if meta.get("best") is not None:
-                b = meta["best"]
-                best = (b["value"], self._resumed_result(self._unpack(arrays, "best_"), b))
-        for run in range(start_run, n_init):
-            if saved is not None and run == start_run:
-                arrays, meta = saved
-                state = self._unpack(arrays, "current_")
-                kw = {"start_iter": meta["iteration"], "history": meta["history"],
-                      "tol_abs": meta["tol_abs"]}
-                finished = meta["converged"] or meta["iteration"] >= self.max_iter
-            else:
-                state = self._init_state(Xd, rng)
-                kw, finished, meta = {}, False, None
-            rng_state = rng.bit_generator.state
-
-            def on_iteration(rec, st, tol_abs, converged, _run=run, _rng=rng_state):
-                history = self._current_history + [rec]
-                self._current_history = history
-                arrays = {f"current_{k}": v for k, v in self._pack(st).items()}
-                best_meta = None
-                if best is not None:
-                    arrays.update({f"best_{k}": v for k, v in self._pack(
-                        best[1].state).items()})
-                    best_meta = {"value": best[0], "iteration": best[1].n_iter,
-                                 "history": best[1].history, "converged": best[1].converged,
-                                 "last_objective": best[1].last_objective,
-                                 "shift": best[1].shift}
-                # one name per (run, iteration): never the latest state's own name
-                ck.save(rec["iteration"] + (self.max_iter + 1) * _run, arrays, {
-                    "run": _run, "iteration": rec["iteration"], "history": history,
-                    "tol_abs": tol_abs, "converged": bool(converged), "shift": rec["shift"],
-                    "last_objective": rec["objective"], "rng": _rng, "best": best_meta})
-
-            self._current_history = list(kw.get("history", []))
-            if finished:
-                res = self._resumed_result(state, meta)
-            else:
-                try:
-                    res = self._iterate(Xd, state, callback=callback,
-                                        on_iteration=on_iteration if ck is not None else None,
-                                        **kw)
-                except SchedulerLostError as e:
-                    saved = f"iteration {len(self._current_history)} of run {run + 1}"
-                    raise scheduler_lost(type(self).__name__, e,
-                                         checkpoint if ck is not None else None, saved) from e
-            value = self._final_value(Xd, res)
-            logger.info("%s run %d/%d: objective %.6g after %d iterations", type(self).__name__,
-                        run + 1, n_init, value, res.n_iter)
-            if best is None or value < best[0]:
-                best = (value, res)
-        del self._current_history
-        return best
 
     def fit_predict(self, X, y=None, **kwargs):
         return self.fit(X, **kwargs).labels_

@@ -5,10 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.l1 import project_rows_l1_ball
+from ..parallel.lloyd import lloyd_step
 from ._base import check_param
-from .kmeans import KMeans
+from .kmeans import KMeans, LloydAlgorithm
 
 __all__ = ["KMeansL1"]
+
+
+class _ProjectedLloyd(LloydAlgorithm):
+    """Lloyd's iterations whose centers are projected on the ℓ1 ball: the
+    initial centers, and the cluster means of every step."""
+
+    def init_state(self, X, rng):
+        return self.estimator._project(super().init_state(X, rng)).astype(X.dtype)
+
+    def step(self, X, state, iteration, tol_abs):
+        return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
+                          split_every=self.split_every, update=self.estimator._project)
 
 
 class KMeansL1(KMeans):
@@ -27,7 +40,7 @@ class KMeansL1(KMeans):
     tol_l1 : float, default=1e-3
         ε of the projection: projected norms lie in [λ, λ(1 + ε)].
     init, n_init, max_iter, tol, random_state, persist, split_every,
-    oversampling_factor, init_max_iter : as :class:`dqkm.KMeans`.
+    oversampling_factor, init_max_iter, verbose : as :class:`dqkm.KMeans`.
 
     Attributes
     ----------
@@ -43,10 +56,11 @@ class KMeansL1(KMeans):
 
     def __init__(self, n_clusters=8, *, radius=1.0, tol_l1=1e-3, init="k-means++",
                  n_init="auto", max_iter=300, tol=1e-4, random_state=None, persist="auto",
-                 split_every=None, oversampling_factor=2.0, init_max_iter=None):
+                 split_every=None, oversampling_factor=2.0, init_max_iter=None, verbose=0):
         super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
                          random_state=random_state, persist=persist, split_every=split_every,
-                         oversampling_factor=oversampling_factor, init_max_iter=init_max_iter)
+                         oversampling_factor=oversampling_factor, init_max_iter=init_max_iter,
+                         verbose=verbose)
         self.radius = radius
         self.tol_l1 = tol_l1
 
@@ -61,11 +75,8 @@ class KMeansL1(KMeans):
     def _project(self, C):
         return project_rows_l1_ball(C, self.radius, self.tol_l1)
 
-    def _init_state(self, Xd, rng):
-        return self._project(self._initial_centers(Xd, rng)).astype(Xd.dtype)
-
-    def _iterate(self, Xd, state, **kw):
-        return super()._iterate(Xd, state, update=self._project, **kw)
+    def _algorithm(self, n_features):
+        return _ProjectedLloyd(self)
 
     def _set_fitted(self, Xd, lazy, value, res):
         super()._set_fitted(Xd, lazy, value, res)

@@ -88,6 +88,8 @@ class KMultipleMeans(DqkmClusterer):
     persist : 'auto', bool, default='auto'
     split_every : int or None, default=None
         Fan-in of the tree reductions (None: 8).
+    verbose : int, default=0
+        Progress shown during fit, as :class:`dqkm.KMeans` (see :mod:`dqkm.progress`).
 
     Attributes
     ----------
@@ -141,7 +143,7 @@ class KMultipleMeans(DqkmClusterer):
     def __init__(self, n_clusters=2, *, n_prototypes=None, n_neighbors=5, init="random",
                  detect_outliers=False, solver="fast", svd_algorithm="auto", svd_rank=None,
                  max_iter=30, max_inner_iter=30, random_state=None, persist="auto",
-                 split_every=None):
+                 split_every=None, verbose=0):
         self.n_clusters = n_clusters
         self.n_prototypes = n_prototypes
         self.n_neighbors = n_neighbors
@@ -155,6 +157,7 @@ class KMultipleMeans(DqkmClusterer):
         self.random_state = random_state
         self.persist = persist
         self.split_every = split_every
+        self.verbose = verbose
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples, n_features):

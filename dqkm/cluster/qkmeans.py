@@ -9,9 +9,9 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ..io import pack_operator, unpack_operator
-from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans
+from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans_step
 from ._base import check_param
-from .kmeans import KMeans
+from .kmeans import KMeans, LloydAlgorithm
 
 logger = logging.getLogger(__name__)
 
@@ -67,22 +67,63 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left, n_iter_un
     return polished if polished.errors[-1] < best.errors[-1] else best
 
 
+def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None):
+    """The refit of Lloyd iteration ``iteration`` (from 1):
+    :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``,
+    warm-started palm4MSA after."""
+    if iteration > hierarchical_refits:
+        return _palm
+
+    def solve(A, constraints, *, n_iter, init, fixed_left):
+        return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
+                                     fixed_left=fixed_left, n_iter_unweighted=n_iter_unweighted)
+    return solve
+
+
 def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None):
-    """The per-iteration solver: :func:`_warm_or_hierarchical` in Lloyd
-    iterations ``1 … hierarchical_refits``, warm-started palm4MSA after.
-    ``qkmeans`` calls it once per iteration, starting at ``start_iter + 1``
-    (a resumed fit counts from where it stopped)."""
+    """The solvers of iterations ``start_iter + 1, start_iter + 2, …``, one per
+    call (see :func:`_solver_for`)."""
     iteration = [start_iter]
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
         iteration[0] += 1
-        if iteration[0] <= hierarchical_refits:
-            return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
-                                         fixed_left=fixed_left,
-                                         n_iter_unweighted=n_iter_unweighted)
-        return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
+        return _solver_for(iteration[0], hierarchical_refits, n_iter_unweighted)(
+            A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
 
     return solve
+
+
+class _QKMeansAlgorithm(LloydAlgorithm):
+    """QK-means iterations for the fit driver: the state is the sparse factors;
+    one step is one pass over X then the refit of the factors, by
+    :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``
+    and warm-started palm4MSA after."""
+
+    def __init__(self, estimator, constraints):
+        super().__init__(estimator)
+        self.constraints = constraints
+
+    def init_state(self, X, rng):
+        est = self.estimator
+        return est._factorize(est._initial_centers(X, rng), self.constraints)
+
+    def step(self, X, state, iteration, tol_abs):
+        return qkmeans_step(X, state, iteration, self.constraints,
+                            palm4msa=_solver_for(iteration, self.estimator.hierarchical_refits,
+                                                 self.estimator.palm_iter_init),
+                            tol=self.tol, tol_abs=tol_abs,
+                            palm_iter=self.estimator.palm_iter, split_every=self.split_every)
+
+    def pack(self, state):
+        return state.to_arrays()
+
+    def unpack(self, arrays):
+        return unpack_operator("SparseFactors", arrays, "")
+
+    def finalize(self, X, result):
+        if result.shift == 0:
+            return result.last_objective
+        return factor_inertia(X, result.state, split_every=self.split_every)
 
 
 class QKMeans(KMeans):
@@ -132,7 +173,7 @@ class QKMeans(KMeans):
         of 5 seeds of the reproduction's 80 % splits, on 3 of 5 on the whole
         data set and within 0.16 % on the other 2); see docs/BENCHMARKS.md.
     max_iter, tol, random_state, persist, split_every, n_init, oversampling_factor,
-    init_max_iter : as :class:`dqkm.KMeans`.
+    init_max_iter, verbose : as :class:`dqkm.KMeans`.
 
     Attributes
     ----------
@@ -171,10 +212,11 @@ class QKMeans(KMeans):
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
                  hierarchical_refits=1, max_iter=300, tol=1e-4, random_state=None, persist="auto",
                  split_every=None,
-                 n_init="auto", oversampling_factor=2.0, init_max_iter=None):
+                 n_init="auto", oversampling_factor=2.0, init_max_iter=None, verbose=0):
         super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
                          random_state=random_state, persist=persist, split_every=split_every,
-                         oversampling_factor=oversampling_factor, init_max_iter=init_max_iter)
+                         oversampling_factor=oversampling_factor, init_max_iter=init_max_iter,
+                         verbose=verbose)
         self.sparsity = sparsity
         self.n_factors = n_factors
         self.init_factorization = init_factorization
@@ -204,28 +246,14 @@ class QKMeans(KMeans):
         return _palm(A, constraints, n_iter=self.palm_iter_init).factors
 
     def _check_extra_params(self, n_features):
+        self._check_qk_params(n_features)
+
+    def _algorithm(self, n_features):
         from ..kernels import default_constraints
 
-        n_factors = self._check_qk_params(n_features)
-        self._constraints = default_constraints(self.n_clusters, n_features,
-                                                sparsity=self.sparsity, n_factors=n_factors)
-
-    def _init_state(self, Xd, rng):
-        return self._factorize(self._initial_centers(Xd, rng), self._constraints)
-
-    def _iterate(self, Xd, state, **kw):
-        solver = _refit_solver(self.hierarchical_refits, kw.get("start_iter", 0),
-                               n_iter_unweighted=self.palm_iter_init)
-        return qkmeans(Xd, state, self._constraints, palm4msa=solver, max_iter=self.max_iter,
-                       tol=self.tol, palm_iter=self.palm_iter, split_every=self.split_every, **kw)
-
-    def _final_value(self, Xd, res):
-        if res.shift == 0:
-            return res.last_objective
-        return factor_inertia(Xd, res.state, split_every=self.split_every)
-
-    def _pack(self, factors):
-        return factors.to_arrays()
+        constraints = default_constraints(self.n_clusters, n_features, sparsity=self.sparsity,
+                                          n_factors=self._check_qk_params(n_features))
+        return _QKMeansAlgorithm(self, constraints)
 
     def _unpack(self, arrays, prefix):
         return unpack_operator("SparseFactors", arrays, prefix)
@@ -239,7 +267,6 @@ class QKMeans(KMeans):
         self.flops_ = int(res.state.flops)
         self.compression_ = float(res.state.compression)
         self.labels_ = self._output(assign_factors(Xd, self.factors_), lazy)
-        del self._constraints
 
     # ------------------------------------------------------------- inference
     def predict(self, X):

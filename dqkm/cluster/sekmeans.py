@@ -17,7 +17,8 @@ from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import checked_rows
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from ._base import DqkmClusterer, check_n_features, check_param, is_lazy
-from ._checkpoint import Checkpoint
+from ._checkpoint import identity_from_params
+from ._driver import Composed, stored_identity
 from .kmeans import KMeans
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,23 @@ def default_n_components(n_clusters, n_features, eps=DEFAULT_EPS, delta=DEFAULT_
     """
     d = math.ceil(max((n_clusters + math.log2(1.0 / delta)) / eps**2, 6.0 / (eps**2 * delta)))
     return int(max(n_clusters, min(d, n_features)))
+
+
+class _EmbeddedKMeans(Composed):
+    """KMeans's iterations on the embedding X̂, under the identity of the
+    SparseEmbeddedKMeans fit: the embedded K-means's parameters, the
+    embedding's (``owner``), and the fingerprint of the original X."""
+
+    def __init__(self, algorithm, owner, X_original):
+        super().__init__(algorithm)
+        self.name = owner["estimator"]
+        self.owner, self.X_original = owner, X_original
+
+    def identity(self, X):
+        fingerprint = data_fingerprint(self.X_original, split_every=self.inner.split_every)
+        identity = identity_from_params(self.inner.estimator, X, fingerprint=fingerprint)
+        identity.update(self.owner)
+        return identity
 
 
 class SparseEmbeddedKMeans(DqkmClusterer):
@@ -74,6 +92,9 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         also used for the pass back to the original space.
     random_state : int, RandomState instance or None
         Seeds the embedding and, unless given in ``kmeans``, the K-means run.
+    verbose : int, default=0
+        Progress of the embedded K-means's iterations, as :class:`dqkm.KMeans`
+        shows it (unless ``kmeans`` sets its own ``verbose``).
 
     Attributes
     ----------
@@ -120,12 +141,13 @@ class SparseEmbeddedKMeans(DqkmClusterer):
     """
 
     def __init__(self, n_clusters=8, *, n_components="auto", embedding="sparse", kmeans=None,
-                 random_state=None):
+                 random_state=None, verbose=0):
         self.n_clusters = n_clusters
         self.n_components = n_components
         self.embedding = embedding
         self.kmeans = kmeans
         self.random_state = random_state
+        self.verbose = verbose
 
     # ------------------------------------------------------------- validation
     def _validate_X(self, X, *, reset):
@@ -234,7 +256,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         seed = int(rs.randint(2**31 - 1))
         if checkpoint and resume and not isinstance(self.random_state, (int, np.integer)):
             # The embedding must be the one the checkpoint was written with.
-            stored = Checkpoint(checkpoint, {}).stored_identity()
+            stored = stored_identity(checkpoint)
             if stored.get("estimator") == type(self).__name__:
                 seed = int(stored.get("embedding_seed", seed))
         root = np.random.SeedSequence(seed)
@@ -244,20 +266,14 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         else:
             emb = draw_dense_embedding(Xd.shape[1], d, emb_seed, dtype=Xd.dtype)
         km_params.setdefault("random_state", int(km_seed.generate_state(1)[0] >> 1))
+        km_params.setdefault("verbose", self.verbose)
         Xh = embed(Xd, emb)
         km = KMeans(self.n_clusters, **km_params)
-        # The checkpoint's identity: the embedded K-means's parameters, this estimator's,
-        # and the fingerprint of X itself (one extra pass over X, only with a checkpoint).
-        km._owner_identity = {"estimator": type(self).__name__, "embedding": self.embedding,
-                              "n_components": d, "n_features_original": int(Xd.shape[1]),
-                              "embedding_seed": seed,
-                              "data_fingerprint": lambda: data_fingerprint(
-                                  Xd, split_every=km_params.get("split_every"))}
-        km._owner_inputs = X
-        try:
-            km.fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume)
-        finally:
-            del km._owner_identity, km._owner_inputs
+        owner = {"estimator": type(self).__name__, "embedding": self.embedding,
+                 "n_components": d, "n_features_original": int(Xd.shape[1]),
+                 "embedding_seed": seed}
+        km._fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume, inputs=X,
+                compose=lambda algorithm: _EmbeddedKMeans(algorithm, owner, Xd))
         counts, means, m2 = original_space_moments(Xd, emb, km.cluster_centers_,
                                                    split_every=km_params.get("split_every"))
         self.embedding_ = emb

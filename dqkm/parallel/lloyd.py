@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,7 +20,7 @@ from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IterationResult", "lloyd", "lloyd_pass", "assign", "min_sq_distances",
+__all__ = ["lloyd_step", "lloyd_pass", "tolerance_from_moments", "assign", "min_sq_distances",
            "center_distances", "inertia", "sample_rows", "kmeans_parallel_init"]
 
 
@@ -127,39 +126,7 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
     return res
 
 
-# --------------------------------------------------------------------------- the loop
-@dataclass(frozen=True)
-class IterationResult:
-    """What an iteration driver returns (Lloyd's, QK-means's, ...).
-
-    ``state`` is the driver's final state: the centers for Lloyd, the
-    ``SparseFactors`` for QK-means.  ``last_objective`` is the objective of
-    the last pass (w.r.t. the state that pass started from) and ``shift`` the
-    last squared change of the state; a zero shift means the last pass already
-    used the final state.
-    """
-
-    state: object
-    n_iter: int
-    history: list = field(default_factory=list)
-    converged: bool = False
-    last_objective: float = np.nan
-    shift: float = np.inf
-
-
-def end_iteration(rec, state, history, tol_abs, on_iteration, callback):
-    """What every iteration driver does last: record the iteration, run the
-    checkpoint hook and the user's callback, and say whether it converged
-    (squared state change ``rec["shift"]`` at most ``tol_abs``)."""
-    history.append(rec)
-    converged = rec["shift"] <= tol_abs
-    if on_iteration is not None:
-        on_iteration(rec, state, tol_abs, converged)
-    if callback is not None:
-        callback(rec, state)
-    return converged
-
-
+# --------------------------------------------------------------------------- one step
 def tolerance_from_moments(moments, tol):
     """sklearn's absolute tolerance: ``tol × mean(var(X, axis=0))``."""
     if tol == 0:
@@ -168,55 +135,39 @@ def tolerance_from_moments(moments, tol):
     return float(np.mean(m2 / max(n, 1)) * tol)
 
 
-def lloyd(X, init_centers, *, max_iter=300, tol=1e-4, split_every=None, callback=None,
-          start_iter=0, history=None, update=None, tol_abs=None, on_iteration=None):
-    """Lloyd iterations until the squared center shift is at most ``tol``.
+def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=None,
+               update=None):
+    """One Lloyd iteration (one pass over X): ``(new_centers, record, tol_abs)``.
 
     ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
-    the variance is computed in the first iteration's pass.  One pass over X per
-    iteration; memory per worker: a few chunks plus K×D float64 partials.
+    with ``tol_abs`` None the variance is computed in this pass and turned into
+    the absolute tolerance returned.  Memory per worker: a few chunks plus K×D
+    float64 partials.
 
-    Empty clusters keep their previous center and are listed in ``history``
+    Empty clusters keep their previous center and are listed in the record
     under ``empty_clusters``.  ``update``, if given, maps the new centers
     (float64) to the centers actually used (e.g. a projection, for K-means-ℓ1).
-
-    ``start_iter``/``history``/``tol_abs`` continue an interrupted fit;
-    ``on_iteration(record, centers, tol_abs, converged)`` runs after every
-    iteration (checkpointing).
+    The record holds ``iteration``, ``objective`` (w.r.t. ``centers``),
+    ``shift`` (squared center moves), ``seconds`` and ``empty_clusters``; the
+    fit driver (:mod:`dqkm.cluster._driver`) runs the iterations.
     """
-    centers = np.array(init_centers, dtype=X.dtype, copy=True)
-    history = list(history or [])
-    if tol_abs is None and not tol:
-        tol_abs = 0.0
-    converged = False
-    shift = np.inf
-    it = start_iter
-    obj = np.nan
-    for it in range(start_iter + 1, max_iter + 1):
-        t0 = time.perf_counter()
-        res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None)
-        if tol_abs is None:
-            tol_abs = tolerance_from_moments(res["moments"], tol)
-        counts = res["counts"]
-        empty = np.flatnonzero(counts == 0)
-        new = centers.astype(np.float64, copy=True)
-        nz = counts > 0
-        new[nz] = res["sums"][nz] / counts[nz, None]
-        if update is not None:
-            new = update(new)
-        new = new.astype(X.dtype)
-        shift = float(((new.astype(np.float64) - centers) ** 2).sum())
-        obj = float(res["objective"])
-        centers = new
-        rec = {"iteration": it, "objective": obj, "shift": shift,
-               "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist()}
-        logger.info("Lloyd iteration %d: objective %.6g, shift %.3g, %.3fs%s", it, obj, shift,
-                    rec["seconds"], f", {len(empty)} empty clusters" if len(empty) else "")
-        converged = end_iteration(rec, centers, history, tol_abs, on_iteration, callback)
-        if converged:
-            break
-    return IterationResult(state=centers, n_iter=it, history=history, converged=converged,
-                           last_objective=obj, shift=shift)
+    t0 = time.perf_counter()
+    centers = np.asarray(centers, dtype=X.dtype)
+    res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None)
+    if tol_abs is None:
+        tol_abs = tolerance_from_moments(res["moments"], tol)
+    counts = res["counts"]
+    empty = np.flatnonzero(counts == 0)
+    new = centers.astype(np.float64, copy=True)
+    nz = counts > 0
+    new[nz] = res["sums"][nz] / counts[nz, None]
+    if update is not None:
+        new = update(new)
+    new = new.astype(X.dtype)
+    shift = float(((new.astype(np.float64) - centers) ** 2).sum())
+    rec = {"iteration": iteration, "objective": float(res["objective"]), "shift": shift,
+           "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist()}
+    return new, rec, tol_abs
 
 
 # --------------------------------------------------------------------------- assignment

@@ -9,7 +9,6 @@ palm4MSA, warm-started from the previous factors, with ``D_√n`` held fixed.
 
 from __future__ import annotations
 
-import logging
 import time
 
 import numpy as np
@@ -17,12 +16,9 @@ import numpy as np
 from ..kernels.lloyd import partials_from_labels
 from .engine import broadcast, compute, map_blocks_reduce
 from .finite import describe_bad, map_rows_at, raise_bad
-from .lloyd import (IterationResult, _inertia_combine, _lloyd_combine, _moments, end_iteration,
-                    tolerance_from_moments)
+from .lloyd import _inertia_combine, _lloyd_combine, _moments, tolerance_from_moments
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["qkmeans", "qk_pass", "assign_factors", "factor_distances",
+__all__ = ["qkmeans_step", "qk_pass", "assign_factors", "factor_distances",
            "factor_inertia"]
 
 
@@ -106,57 +102,43 @@ def qk_pass(X, factors, *, split_every=None, with_moments=False):
     return res
 
 
-def qkmeans(X, init_factors, constraints, *, palm4msa, max_iter=300, tol=1e-4, palm_iter=50,
-            split_every=None, callback=None, start_iter=0, history=None, tol_abs=None,
-            on_iteration=None):
-    """QK-means iterations from ``init_factors`` (a ``SparseFactors``).
+def qkmeans_step(X, factors, iteration, constraints, *, palm4msa, tol=1e-4, tol_abs=None,
+                 palm_iter=50, split_every=None):
+    """One QK-means iteration (one pass over X): ``(new_factors, record, tol_abs)``.
 
-    ``palm4msa`` is the solver (``dqkm.kernels.palm4msa``), called each
-    iteration on ``A = D_√n·U`` with ``fixed_left=√n`` and ``init`` = the
-    previous factors.  Clusters that receive no point keep their previous row
-    of V as target and get weight 0.  One pass over X per iteration.
-    ``start_iter``/``history``/``tol_abs``/``on_iteration`` as in
-    :func:`dqkm.parallel.lloyd.lloyd` (checkpoint and resume).
+    ``palm4msa`` is the solver (``dqkm.kernels.palm4msa`` or one with its
+    signature), called on ``A = D_√n·U`` with ``fixed_left=√n`` and
+    ``init`` = the previous factors.  Clusters that receive no point keep
+    their previous row of V as target and get weight 0.  ``tol``/``tol_abs``
+    as in :func:`dqkm.parallel.lloyd.lloyd_step`.  The record adds to Lloyd's
+    ``seconds_assign``, ``seconds_palm``, ``palm_error`` (relative),
+    ``palm_iter`` and ``nnz``.
     """
-    factors = init_factors
-    history = list(history or [])
-    if tol_abs is None and not tol:
-        tol_abs = 0.0
-    converged, shift, obj, it = False, np.inf, np.nan, start_iter
-    for it in range(start_iter + 1, max_iter + 1):
-        t0 = time.perf_counter()
-        V_old = factors.toarray().astype(np.float64)
-        res = qk_pass(X, factors, split_every=split_every, with_moments=tol_abs is None)
-        if tol_abs is None:
-            tol_abs = tolerance_from_moments(res["moments"], tol)
-        t1 = time.perf_counter()
-        counts = res["counts"]
-        empty = np.flatnonzero(counts == 0)
-        U = V_old.copy()
-        nz = counts > 0
-        U[nz] = res["sums"][nz] / counts[nz, None]
-        weights = np.sqrt(counts.astype(np.float64))
-        A = weights[:, None] * U
-        pres = palm4msa(A, constraints, n_iter=palm_iter, init=factors, fixed_left=weights)
-        factors = pres.factors
-        t2 = time.perf_counter()
-        V = factors.toarray().astype(np.float64)
-        shift = float(((V - V_old) ** 2).sum())
-        obj = float(res["objective"])
-        norm_a = float(np.linalg.norm(A))
-        rec = {"iteration": it, "objective": obj, "shift": shift, "seconds": t2 - t0,
-               "seconds_assign": t1 - t0, "seconds_palm": t2 - t1,
-               "palm_error": float(pres.errors[-1]) / norm_a if norm_a > 0 else 0.0,
-               "palm_iter": int(pres.n_iter), "nnz": int(factors.nnz),
-               "empty_clusters": empty.tolist()}
-        logger.info("QK-means iteration %d: objective %.6g, shift %.3g, palm4MSA rel. error %.4f "
-                    "(%d it.), %.3fs assign + %.3fs palm4MSA", it, obj, shift, rec["palm_error"],
-                    rec["palm_iter"], rec["seconds_assign"], rec["seconds_palm"])
-        converged = end_iteration(rec, factors, history, tol_abs, on_iteration, callback)
-        if converged:
-            break
-    return IterationResult(state=factors, n_iter=it, history=history, converged=converged,
-                           last_objective=obj, shift=shift)
+    t0 = time.perf_counter()
+    V_old = factors.toarray().astype(np.float64)
+    res = qk_pass(X, factors, split_every=split_every, with_moments=tol_abs is None)
+    if tol_abs is None:
+        tol_abs = tolerance_from_moments(res["moments"], tol)
+    t1 = time.perf_counter()
+    counts = res["counts"]
+    empty = np.flatnonzero(counts == 0)
+    U = V_old.copy()
+    nz = counts > 0
+    U[nz] = res["sums"][nz] / counts[nz, None]
+    weights = np.sqrt(counts.astype(np.float64))
+    A = weights[:, None] * U
+    pres = palm4msa(A, constraints, n_iter=palm_iter, init=factors, fixed_left=weights)
+    factors = pres.factors
+    t2 = time.perf_counter()
+    V = factors.toarray().astype(np.float64)
+    norm_a = float(np.linalg.norm(A))
+    rec = {"iteration": iteration, "objective": float(res["objective"]),
+           "shift": float(((V - V_old) ** 2).sum()), "seconds": t2 - t0,
+           "seconds_assign": t1 - t0, "seconds_palm": t2 - t1,
+           "palm_error": float(pres.errors[-1]) / norm_a if norm_a > 0 else 0.0,
+           "palm_iter": int(pres.n_iter), "nnz": int(factors.nnz),
+           "empty_clusters": empty.tolist()}
+    return factors, rec, tol_abs
 
 
 # --------------------------------------------------------------------------- inference

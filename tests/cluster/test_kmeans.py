@@ -35,9 +35,10 @@ def test_same_labels_and_inertia_as_sklearn(request, data, chunks):
         if isinstance(chunks, tuple):
             chunks = tuple(c for c in chunks)
             chunks = chunks[:-1] + (len(X) - sum(chunks[:-1]),)
-        km = dqkm.KMeans(init.shape[0], init=init).fit(da.from_array(X, chunks=(chunks, -1)))
+        Xd = da.from_array(X, chunks=(chunks, -1))
+        km = dqkm.KMeans(init.shape[0], init=init).fit(Xd)
         assert isinstance(km.labels_, da.Array)
-        assert km.labels_.chunks[0] == km.labels_.chunks[0]
+        assert km.labels_.chunks[0] == Xd.chunks[0]
     np.testing.assert_array_equal(np.asarray(km.labels_), ref.labels_)
     assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
     # sklearn sums centers in another order; a point at a floating-point tie can
@@ -49,8 +50,12 @@ def test_same_labels_and_inertia_as_sklearn(request, data, chunks):
 def test_same_labels_on_local_cluster(dist_client, digits):
     X, init = digits
     ref = _reference(X, init)
-    km = dqkm.KMeans(10, init=init).fit(da.from_array(X, chunks=(400, -1)))
-    assert dist_client is not None
+    from distributed import get_task_stream
+
+    with get_task_stream(dist_client) as stream:
+        km = dqkm.KMeans(10, init=init).fit(da.from_array(X, chunks=(400, -1)))
+    # the Lloyd passes ran on the cluster's workers, not in the driver's threads
+    assert any("lloyd" in str(task["key"]) for task in stream.data)
     np.testing.assert_array_equal(km.labels_.compute(), ref.labels_)
     assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
 
