@@ -173,8 +173,9 @@ class NullReporter:
 
     # ------------------------------------------------------------------ shared text
     def status(self, record, tol_abs=None):
-        """The one-line status of an iteration: ``name [run r/n] iteration k/max |
-        objective … | shift … (tol …) | … s/it | ETA ≤ …``."""
+        """The one-line status of an iteration: ``name [run r/n] iteration k/max:
+        objective …, shift … (tol …), … s/it, ETA ≤ … (p% of max_iter)``; the ETA
+        assumes the run goes on to ``max_iter``."""
         run = f" run {self.run + 1}/{self.n_init}" if self.n_init > 1 else ""
         tol = f" (tol {tol_abs:.3g})" if tol_abs is not None else ""
         total = f"/{self.max_iter}" if self.max_iter else ""
@@ -183,10 +184,11 @@ class NullReporter:
         per_it = sum(done) / len(done) if done else float("nan")
         eta = ""
         if self.max_iter and isinstance(k, int) and math.isfinite(per_it):
-            eta = f" | ETA ≤ {_fmt_seconds(per_it * max(self.max_iter - k, 0))}"
-        return (f"{self.name}{run} iteration {k}{total} | "
-                f"objective {_num(record, 'objective'):.6g} | "
-                f"shift {_num(record, 'shift'):.3g}{tol} | {per_it:.2f}s/it{eta}")
+            eta = (f", ETA ≤ {_fmt_seconds(per_it * max(self.max_iter - k, 0))} "
+                   f"({100 * k / self.max_iter:.0f}% of max_iter)")
+        return (f"{self.name}{run} iteration {k}{total}: "
+                f"objective {_num(record, 'objective'):.6g}, "
+                f"shift {_num(record, 'shift'):.3g}{tol}, {per_it:.2f}s/it{eta}")
 
     def summary(self, n_iter, objective, converged):
         state = "converged" if converged else "stopped at max_iter"

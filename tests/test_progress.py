@@ -36,8 +36,8 @@ def test_line_reporter_prints_one_line_per_iteration_with_k_objective_shift_tol_
     _feed(P.LineReporter("KMeans", max_iter=10, stream=out), _records(3))
     lines = out.getvalue().splitlines()
     assert len(lines) == 4  # 3 iterations + the summary
-    assert lines[0].startswith("KMeans iteration 1/10 | objective 100 | shift 0.1 (tol 0.0001)")
-    assert "0.50s/it" in lines[2] and "ETA ≤ 3.5s" in lines[2]  # 7 iterations left at 0.5 s
+    assert lines[0].startswith("KMeans iteration 1/10: objective 100, shift 0.1 (tol 0.0001)")
+    assert lines[2].endswith("0.50s/it, ETA ≤ 3.5s (30% of max_iter)")  # 7 left at 0.5 s
     assert lines[3] == "KMeans: converged after 3 iterations, objective 33.3333"
 
 
@@ -51,8 +51,8 @@ def test_live_line_rewrites_one_line_in_place_and_ends_it_once():
     text = out.getvalue()
     frames = text.split("\r")[1:]
     assert len(frames) == 3
-    assert frames[-1].startswith("QKMeans iteration 3/50 | objective 33.3333 | shift 0.001 "
-                                 "(tol 0.001) | 0.50s/it | ETA ≤ 23.5s")
+    assert frames[-1].startswith("QKMeans iteration 3/50: objective 33.3333, shift 0.001 "
+                                 "(tol 0.001), 0.50s/it, ETA ≤ 23.5s (6% of max_iter)")
     reporter.end_run(3, 33.3, False)
     reporter.close()
     lines = out.getvalue().split("\n")
@@ -74,7 +74,7 @@ def test_several_runs_are_numbered():
     reporter = P.LineReporter("KMeans", max_iter=5, n_init=3, stream=out)
     reporter.start_run(1, 3)
     reporter.update(_records(1)[0])
-    assert out.getvalue().startswith("KMeans run 2/3 iteration 1/5 |")
+    assert out.getvalue().startswith("KMeans run 2/3 iteration 1/5:")
 
 
 def test_widget_updates_in_place():
