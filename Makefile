@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench clean-venv
+.PHONY: demo test bench notebook clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: $(VENV)/.installed-demo
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
+
+# examples/monitoring.ipynb executed (small mode) with its outputs and widget state, in place
+notebook: $(VENV)/.installed-test
+	DQKM_NOTEBOOK_SMALL=1 MPLBACKEND=module://matplotlib_inline.backend_inline \
+		$(VENV)/bin/jupyter execute --inplace examples/monitoring.ipynb
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/bench_kmeans.py
