@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-fast bench docs docs-check clean-venv
+.PHONY: demo test test-fast bench docs docs-check notebook clean-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(PY):
 
 # An editable install: new modules and subpackages of dqkm need no re-install.
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PIP) install -e '.[test,plot,dashboard,docs]'
+	$(PIP) install -e '.[test,plot,dashboard,docs,jupyter]'
 	@touch $@
 
 $(VENV)/.installed-docs: pyproject.toml | $(PY)
@@ -38,6 +38,11 @@ test: $(VENV)/.installed-test
 # The quick part: no test that starts a cluster, none over ~10 s (markers in tests/conftest.py).
 test-fast: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m "not slow and not distributed"
+
+# examples/monitoring.ipynb executed (small mode) with its outputs and widget state, in place
+notebook: $(VENV)/.installed-test
+	DQKM_NOTEBOOK_SMALL=1 MPLBACKEND=module://matplotlib_inline.backend_inline \
+		$(VENV)/bin/jupyter execute --inplace examples/monitoring.ipynb
 
 bench: $(VENV)/.installed-bench
 	$(PY) benchmarks/bench_kmeans.py

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from .exceptions import DqkmError, StoreError
 
 __all__ = ["BACKENDS", "ConfigError", "ConfigFileNotFoundError", "ConfigTypeError", "Key",
-           "validate_config"]
+           "SubmitCommandNotFoundError", "validate_config"]
 
 
 class ConfigError(DqkmError, ValueError):
@@ -25,6 +25,12 @@ class ConfigTypeError(DqkmError, TypeError):
 
 class ConfigFileNotFoundError(StoreError, FileNotFoundError):
     """A cluster config file, or a certificate file it names, does not exist."""
+
+
+class SubmitCommandNotFoundError(DqkmError, FileNotFoundError):
+    """A backend's job submission tool (``sbatch``, ``qsub``) or Kubernetes access
+    (a kubeconfig, ``kubectl``) is missing on this machine: found before any
+    cluster starts."""
 
 
 _EXTRA_HINT = "pip install 'dqkm[cluster]'"
@@ -106,7 +112,9 @@ _JOBQUEUE = {
     "log_directory": _k("str|null", None, "where job logs go"),
     "death_timeout": _k("number|null", None, "seconds a worker waits for the scheduler"),
     "python": _k("str|null", None, "python executable on the nodes"),
-    "name": _k("str|null", None, "job name"),
+    "name": _k("str|null", None, "job name (#SBATCH -J, #PBS -N): dask-jobqueue's job_name"),
+    "scheduler_options": _k("dict", {}, "keyword arguments of the scheduler on this node, "
+                                        "e.g. dashboard_address"),
     "jobs": _k("int|null", None, "scale to this many jobs"),
     "n_workers": _k("int|null", None, "scale to this many workers"),
     "adapt": _k("dict|null", None, "adaptive scaling: minimum_jobs, maximum_jobs"),

@@ -15,13 +15,21 @@ A user error (a :class:`dqkm.exceptions.DqkmError`, a missing, existing or
 unwritable path, a damaged model file, a lost scheduler, a parameter refused by
 dqkm) prints one line ``dqkm: error: ...`` on stderr and exits with status 2;
 Ctrl-C prints one line and exits with status 130; any other exception is a bug
-and shows its traceback.  ``-v`` (before or after the command) shows the
-traceback of every error.
+and shows its traceback.  ``-v`` and ``-q`` go anywhere on the line: ``-v`` logs
+more (``-vv``: debug) and shows the traceback of every error, ``-q`` shows no
+progress and only warnings and errors.  Output to a closed pipe
+(``dqkm info model.zarr | head -1``) ends quietly with status 141, as a
+command stopped by SIGPIPE.
+
+``fit`` shows one progress view of the fit (iteration k/max_iter, objective,
+shift against tol, seconds per iteration, ETA: a live line in a terminal, one
+line per iteration in a log) when the estimator takes ``verbose``;
+``--pass-bars`` adds Dask's bar for every pass, ``--no-progress`` or ``-q``
+shows none.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -35,13 +43,10 @@ from .exceptions import DqkmError
 
 __all__ = ["main"]
 
-# algorithm name on the command line -> estimator class name in dqkm
-ALGORITHMS = {"kmeans": "KMeans", "qkmeans": "QKMeans", "kmm": "KMultipleMeans",
-              "sekmeans": "SparseEmbeddedKMeans", "kmeans-l1": "KMeansL1"}
-
-
-class CLIError(DqkmError):
-    """A user error found by the command line: printed as one line, exit status 2."""
+from ._cli_algorithms import ALGORITHMS
+from ._cli_common import (CLIError, _check_out, _check_parent, _load_model,  # noqa: F401
+                          _one_line, _read_model, _scheduler)
+from ._cli_inspect import _fitted_sizes, cmd_info, cmd_report, fit_summary  # noqa: F401
 
 
 def _available_algorithms():
@@ -57,74 +62,27 @@ def _parse_value(text):
         return text
 
 
-def _check_out(path, overwrite, option="--out"):
-    """Refuse, before any work, an output that exists (without ``--overwrite``) or
-    that cannot be created: under a file, or in a folder this user cannot write."""
-    if os.path.exists(path) and not overwrite:
-        raise CLIError(f"output path {path!r} already exists; pass --overwrite to replace it.")
-    _check_parent(path, option)
-
-
-def _check_parent(path, option):
-    """The nearest existing folder above a local output ``path`` must be a writable
-    folder (URLs are checked by their filesystem when written)."""
-    text = os.fspath(path)
-    if "://" in text:
-        return
-    parent = os.path.dirname(os.path.abspath(text))
-    while not os.path.lexists(parent) and os.path.dirname(parent) != parent:
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise CLIError(f"{option} {text!r} cannot be created: {parent!r} is a file, not a "
-                       "folder; choose a path in a folder.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise CLIError(f"{option} {text!r} cannot be created: the folder {parent!r} is not "
-                       "writable by this user; choose another folder or change its "
-                       "permissions.")
-
-
-@contextlib.contextmanager
-def _scheduler(args):
-    """Set up the scheduler named on the command line for the duration of a command.
-
-    ``--cluster FILE`` and ``--scheduler local`` both go through
-    :func:`dqkm.cluster_config.get_client` (``local`` is the packaged
-    ``cluster_configs/local.yaml`` with ``--n-workers``); an ADDRESS connects
-    to a running scheduler; ``threads`` uses Dask's threaded scheduler.
-    """
-    import dask
-
-    sched = getattr(args, "scheduler", "threads")
-    cluster_file = getattr(args, "cluster", None)
-    if not cluster_file and sched in ("threads", "sync", "synchronous"):
-        with dask.config.set(scheduler="threads" if sched == "threads" else "sync"):
-            yield None
-        return
-    from .cluster_config import get_client
-    from .parallel.engine import scheduler_workers
-
-    if cluster_file:
-        client = get_client(cluster_file)
-    elif sched == "local":
-        local = {"n_workers": args.n_workers}
-        if not args.dashboard:
-            local["dashboard_address"] = None
-        client = get_client("local", overrides={"local": local})
-    else:
-        client = get_client({"backend": "existing", "existing": {"address": sched}})
-    with client:
-        started = getattr(client, "cluster", None) is not None
-        kind = type(client.cluster).__name__ if started else "existing scheduler"
-        dashboard = client.dashboard_link if (not started or args.dashboard) else None
-        print(f"cluster: {client.scheduler.address} ({kind}, {len(scheduler_workers(client))} "
-              "workers)" + (f"; dashboard: {dashboard}" if dashboard else ""), flush=True)
-        yield client
-
-
-def _progress(args):
+def _progress(args, *, fit_reporter=False):
+    """Dask's per-pass bars, unless ``--no-progress``/``-q``; for a fit whose estimator
+    reports its own progress (``fit_reporter``) only with ``--pass-bars``."""
     from .parallel.engine import progress
 
-    return progress(not getattr(args, "no_progress", False))
+    quiet = getattr(args, "no_progress", False) or args.quiet
+    if fit_reporter:
+        return progress(False)  # verbose=2 turns them on with the fit's own view
+    return progress(not quiet)
+
+
+def _fit_verbose(model, args):
+    """Set ``verbose`` on an estimator that has it (one view of the fit: 1, plus Dask's
+    per-pass bars: 2, none: 0); returns whether it has it."""
+    if "verbose" not in model.get_params():
+        return False
+    if any(item.split("=", 1)[0] == "verbose" for item in args.param or []):
+        return True  # --param verbose=... wins
+    quiet = args.no_progress or args.quiet
+    model.set_params(verbose=0 if quiet else (2 if args.pass_bars else 1))
+    return True
 
 
 # ----------------------------------------------------------------------------- commands
@@ -172,7 +130,8 @@ def cmd_fit(args):
         model = cls(**params)
     except TypeError as e:
         raise CLIError(f"bad parameter for {cls.__name__}: {e}") from None
-    with _scheduler(args), _progress(args):
+    reports = _fit_verbose(model, args)
+    with _scheduler(args), _progress(args, fit_reporter=reports):
         X = as_dask_array(args.data)
         t0 = time.perf_counter()
         fit_kw = {}
@@ -182,10 +141,9 @@ def cmd_fit(args):
             raise CLIError("--resume needs --checkpoint PATH.")
         _fit_checkpointed(model, X, args, fit_kw)
         seconds = time.perf_counter() - t0
+        sizes = _fitted_sizes(model)
         save(model, args.out, overwrite=args.overwrite)
-    inertia = getattr(model, "inertia_", float("nan"))
-    print(f"{cls.__name__}: n_clusters={args.n_clusters} inertia={inertia:.6g} "
-          f"n_iter={getattr(model, 'n_iter_', '-')} seconds={seconds:.2f} -> {args.out}")
+    print(f"{fit_summary(model, sizes)} seconds={seconds:.2f} -> {args.out}")
 
 
 def _fit_checkpointed(model, X, args, fit_kw):
@@ -218,36 +176,6 @@ def _apply_saved_model(args, method):
 def cmd_predict(args):
     _, labels = _apply_saved_model(args, "predict")
     print(f"wrote {labels.shape[0]} labels to {args.out}")
-
-
-def _read_model(read, path):
-    """``read(path)`` (:func:`dqkm.io.load` or :func:`dqkm.io.model_info`), with what a
-    damaged, truncated or foreign file raises turned into one :class:`CLIError` that
-    names the path (the original error stays chained, shown with ``-v``)."""
-    try:
-        return read(path)
-    except (DqkmError, PermissionError):
-        raise
-    except (zipfile.BadZipFile, EOFError, KeyError, RuntimeError, ValueError, OSError) as e:
-        if isinstance(e, FileNotFoundError) and not os.path.exists(path):
-            raise  # "No dqkm model at ..."
-        raise CLIError(f"cannot read the model at {str(path)!r} ({type(e).__name__}: "
-                       f"{_one_line(e)}): it is incomplete, damaged or not a dqkm model; "
-                       "write it again with 'dqkm fit' (or dqkm.save).") from e
-
-
-def _load_model(path, *, needs, command):
-    """A saved model that has the method ``needs`` (a clear CLI error otherwise)."""
-    from .io import load
-
-    model = _read_model(load, path)
-    if not hasattr(model, needs):
-        raise CLIError(f"the model at {str(path)!r} is a {type(model).__name__}, which has no "
-                       f"{needs}; {command} needs "
-                       + {"kneighbors": "a ClusterIndex saved by 'dqkm index'.",
-                          "transform": "a model with transform (FactorNystroem, KMeans, …).",
-                          "predict": "a fitted clusterer (see 'dqkm fit')."}[needs])
-    return model
 
 
 def cmd_index(args):
@@ -302,218 +230,11 @@ def cmd_transform(args):
           f"{args.out}")
 
 
-def _describe(v):
-    """A saved parameter or state value for ``info``: nested models and operators in
-    one line (``QKMeans(n_clusters=16, …) fitted: inertia_=…``)."""
-    from .io import _NESTED, _OPERATOR
-
-    if isinstance(v, dict) and _OPERATOR in v:
-        return f"<{v[_OPERATOR]}>"
-    if isinstance(v, dict) and (_NESTED in v or {"estimator", "params", "state"} <= set(v)):
-        h = v.get(_NESTED, v)
-        params = ", ".join(f"{k}={_describe(p)}" for k, p in sorted(h["params"].items()))
-        text = f"{h['estimator']}({params})"
-        state = {k: x for k, x in (h.get("state") or {}).items() if k != "history_"}
-        if h.get("state") is None:
-            return text + " unfitted"
-        return text + " fitted: " + ", ".join(f"{k}={x}" for k, x in sorted(state.items())
-                                              if not isinstance(x, (dict, list)))
-    return repr(v)
-
-
-def cmd_info(args):
-    from .io import model_info
-
-    info = _read_model(model_info, args.model)
-    state = dict(info.get("state", {}))
-    history = state.pop("history_", [])
-    print(f"estimator: {info['estimator']} (format {info['format_version']})")
-    print("parameters: " + ", ".join(f"{k}={_describe(v)}"
-                                     for k, v in sorted(info["params"].items())))
-    for k, v in sorted(state.items()):
-        print(f"{k}: {_describe(v) if isinstance(v, dict) else v}")
-    for k, (shape, dtype) in sorted(info["arrays"].items()):
-        print(f"array {k}: shape {tuple(shape)} {dtype}")
-    if history:
-        last = history[-1]
-        print(f"history: {len(history)} iterations; last objective {last.get('objective')}")
-
-
-def cmd_report(args):
-    from .io import load
-
-    if args.plot:
-        _check_out(args.plot, args.overwrite, "--plot")
-    model = _read_model(load, args.model)
-    history = getattr(model, "history_", None) or []
-    print(f"{type(model).__name__}: {len(history)} iterations, inertia "
-          f"{getattr(model, 'inertia_', float('nan')):.6g}")
-    if history:
-        extra = [k for k in ("seconds_assign", "seconds_palm", "palm_error", "beta",
-                             "n_components") if k in history[0]]
-        cols = ["iteration", "objective", "shift", "seconds", *extra, "empty"]
-        print("  ".join(f"{c:>14}" for c in cols))
-        for i, rec in enumerate(history, 1):
-            vals = [rec.get("iteration", i), rec.get("objective"), rec.get("shift"),
-                    rec.get("seconds"), *[rec.get(k) for k in extra],
-                    len(rec.get("empty_clusters", []) or [])]
-            print("  ".join(f"{v:>14.6g}" if isinstance(v, float) else f"{v!s:>14}"
-                            for v in vals))
-    if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from .monitor import plot_history
-
-        plot_history(model).savefig(args.plot, dpi=110, bbox_inches="tight")
-        print(f"wrote {args.plot}")
-
-
 def cmd_demo(args):
     from .demo import run_demo
 
     run_demo(n_samples=args.n_samples, n_features=args.n_features, n_clusters=args.n_clusters,
              n_workers=args.n_workers)
-
-
-# ----------------------------------------------------------------------------- parser
-def _add_scheduler_args(p):
-    p.add_argument("--scheduler", default="threads",
-                   help="threads (default), local (a LocalCluster) or a scheduler ADDRESS")
-    p.add_argument("--n-workers", type=int, default=2, help="workers of --scheduler local")
-    p.add_argument("--cluster", metavar="PATH",
-                   help="a cluster config: a shipped name (local, ssh, slurm, ...) or a file "
-                        "given as a path (./mine.yaml); a config can run code, use only "
-                        "configs you trust (see cluster_configs/README.md)")
-    p.add_argument("--no-dashboard", dest="dashboard", action="store_false",
-                   help="do not start the dashboard of --scheduler local")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-class _Parser(argparse.ArgumentParser):
-    """``dqkm``'s parser: ``-v`` counts before and after the command
-    (``dqkm -v fit -v ...`` is ``-vv``)."""
-
-    def parse_known_args(self, args=None, namespace=None):
-        ns, rest = super().parse_known_args(args, namespace)
-        ns.verbose = getattr(ns, "verbose", 0) + vars(ns).pop("verbose_after_command", 0)
-        return ns, rest
-
-
-def build_parser():
-    parser = _Parser(prog="dqkm", description=__doc__.split("\n\n")[0])
-    verbose_help = "log per-iteration lines (-v) or debug (-vv); show error tracebacks"
-    parser.add_argument("-v", "--verbose", action="count", default=0, help=verbose_help)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", dest="verbose_after_command", action="count",
-                        default=0, help=verbose_help)
-    sub = parser.add_subparsers(dest="command", required=True,
-                                parser_class=argparse.ArgumentParser)
-
-    def add(name, **kwargs):
-        return sub.add_parser(name, parents=[common], **kwargs)
-
-    g = add("generate", help="generate a data set into a Zarr store")
-    g.add_argument("kind", choices=["blobs", "moons", "circles"])
-    g.add_argument("--n-samples", type=int, default=100_000)
-    g.add_argument("--n-features", type=int, default=2)
-    g.add_argument("--centers", type=int, default=8)
-    g.add_argument("--cluster-std", type=float, default=1.0)
-    g.add_argument("--noise", type=float, default=0.05)
-    g.add_argument("--chunks", type=int, default=None, help="rows per chunk")
-    g.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    g.add_argument("--random-state", type=int, default=0)
-    g.add_argument("--out", required=True)
-    g.add_argument("--overwrite", action="store_true")
-    _add_scheduler_args(g)
-    g.set_defaults(func=cmd_generate)
-
-    f = add("fit", help="fit a model on a Zarr store and save it")
-    f.add_argument("data", help="Zarr store (array, or group with array 'X'), path or URL")
-    f.add_argument("--algorithm", default="kmeans", choices=sorted(ALGORITHMS))
-    f.add_argument("--n-clusters", type=int, required=True)
-    f.add_argument("--max-iter", type=int, default=None)
-    f.add_argument("--random-state", type=int, default=0)
-    f.add_argument("--persist", choices=["auto", "true", "false"], default=None)
-    f.add_argument("--param", action="append", metavar="KEY=VALUE",
-                   help="any other estimator parameter (JSON value), repeatable")
-    f.add_argument("--checkpoint", metavar="DIR",
-                   help="write the driver state there after every iteration")
-    f.add_argument("--resume", action="store_true",
-                   help="continue from --checkpoint if it holds a state")
-    f.add_argument("--out", required=True, help="model path (.zarr or .npz)")
-    f.add_argument("--overwrite", action="store_true")
-    _add_scheduler_args(f)
-    f.set_defaults(func=cmd_fit)
-
-    p = add("predict", help="label a Zarr store with a saved model")
-    p.add_argument("model")
-    p.add_argument("data")
-    p.add_argument("--out", required=True)
-    p.add_argument("--overwrite", action="store_true")
-    _add_scheduler_args(p)
-    p.set_defaults(func=cmd_predict)
-
-    x = add("index", help="build a ClusterIndex (k-NN through a saved clusterer's "
-                          "partition) of a Zarr store and save it")
-    x.add_argument("model", help="a saved fitted clusterer (dqkm fit: kmeans, qkmeans, …)")
-    x.add_argument("data", help="the rows to index: Zarr store path or URL")
-    x.add_argument("--store", metavar="PATH",
-                   help="write the inverted index (rows grouped by cluster) as a Zarr store "
-                        "there; without it the rows are saved inside --out")
-    x.add_argument("--labels", metavar="PATH",
-                   help="Zarr store of one label per row (enables 'dqkm predict': 1-NN)")
-    x.add_argument("--labels-component", default="y",
-                   help="array of the --labels group to read (default 'y')")
-    x.add_argument("--n-probe", type=int, default=1, help="clusters searched per query")
-    x.add_argument("--out", required=True, help="index model path (.zarr or .npz)")
-    x.add_argument("--overwrite", action="store_true", help="replace --out and --store")
-    _add_scheduler_args(x)
-    x.set_defaults(func=cmd_index)
-
-    n = add("neighbors", help="the k nearest indexed rows of every query, through a "
-                              "saved ClusterIndex")
-    n.add_argument("model", help="a ClusterIndex saved by 'dqkm index'")
-    n.add_argument("queries", help="Zarr store of the queries")
-    n.add_argument("--n-neighbors", type=int, default=1)
-    n.add_argument("--out", required=True,
-                   help="Zarr group written with arrays 'distances' and 'indices'")
-    n.add_argument("--overwrite", action="store_true")
-    _add_scheduler_args(n)
-    n.set_defaults(func=cmd_neighbors)
-
-    t = add("transform", help="a saved model's transform of a Zarr store (e.g. "
-                              "FactorNystroem features, distances to centroids)")
-    t.add_argument("model")
-    t.add_argument("data")
-    t.add_argument("--out", required=True)
-    t.add_argument("--overwrite", action="store_true")
-    _add_scheduler_args(t)
-    t.set_defaults(func=cmd_transform)
-
-    i = add("info", help="describe a saved model")
-    i.add_argument("model")
-    i.set_defaults(func=cmd_info)
-
-    r = add("report", help="print a saved model's history; --plot draws it")
-    r.add_argument("model")
-    r.add_argument("--plot", metavar="PNG", help="write plot_history's figure there")
-    r.add_argument("--overwrite", action="store_true")
-    r.set_defaults(func=cmd_report)
-
-    d = add("demo", help="generate blobs to Zarr, fit on a LocalCluster, print a table")
-    d.add_argument("--n-samples", type=int, default=500_000)
-    d.add_argument("--n-features", type=int, default=64)
-    d.add_argument("--n-clusters", type=int, default=16)
-    d.add_argument("--n-workers", type=int, default=2)
-    d.set_defaults(func=cmd_demo)
-    return parser
-
-
-def _one_line(error):
-    """An exception's message on one line (its type when it has none)."""
-    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    return text or type(error).__name__
 
 
 def _raised_by_dqkm(error):
@@ -553,18 +274,48 @@ def _user_error(error):
         and _raised_by_dqkm(error)
 
 
+def build_parser():
+    """The ``dqkm`` argument parser (see :mod:`dqkm._cli_parser`)."""
+    from ._cli_parser import build_parser as build
+
+    return build(__doc__.split("\n\n")[0])
+
+
+_COMMANDS = {"generate": "cmd_generate", "fit": "cmd_fit", "predict": "cmd_predict",
+             "transform": "cmd_transform", "index": "cmd_index", "neighbors": "cmd_neighbors",
+             "info": "cmd_info", "report": "cmd_report", "demo": "cmd_demo"}
+
+#: exit status on a closed output pipe: 128 + SIGPIPE, as a command SIGPIPE stopped
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout():
+    """After a closed pipe: send what is left of stdout to /dev/null, so that the
+    interpreter's final flush does not print a second error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv=None):
     """Run the ``dqkm`` command; return its exit status (0, 2 for a user error,
-    130 for Ctrl-C).  Any other exception propagates with its traceback."""
+    130 for Ctrl-C, 141 when the output pipe was closed).  Any other exception
+    propagates with its traceback."""
     args = build_parser().parse_args(argv)
     if args.verbose < 2:  # distributed's start/stop lines only with -vv (read at its import,
         # in this process and in the worker processes it starts)
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
+    if args.quiet and not args.verbose:
+        level = logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("dqkm").setLevel(level)
     try:
-        args.func(args)
+        globals()[_COMMANDS[args.command]](args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         if args.verbose:
             traceback.print_exc()

@@ -42,12 +42,13 @@ from distributed import Client
 
 from ._cluster_schema import (_CLIENT, _KUBERNETES, _OPTIONAL, _SECURITY, _SSH,  # noqa: F401
                               BACKENDS, ConfigError, ConfigFileNotFoundError, ConfigTypeError,
-                              validate_config)
+                              SubmitCommandNotFoundError, validate_config)
 
 __all__ = ["BACKENDS", "CONFIG_DIR", "ClusterClient", "ConfigError", "ConfigFileNotFoundError",
-           "ConfigTypeError",
-           "available_configs", "build_security", "dask_config_for", "get_client", "load_config",
-           "network_exposure", "security_dask_config", "validate_config"]
+           "ConfigTypeError", "SubmitCommandNotFoundError",
+           "available_configs", "build_security", "check_submit_command", "dask_config_for",
+           "get_client", "job_script", "load_config", "network_exposure", "security_dask_config",
+           "validate_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -298,6 +299,8 @@ def network_exposure(cfg):
     elif backend in ("slurm", "pbs"):  # the workers on other nodes must reach it
         scheduler(f"the {backend} Dask scheduler listens on this node for workers on "
                   f"other nodes")
+        dashboard(f"{backend}.scheduler_options.dashboard_address",
+                  sec["scheduler_options"].get("dashboard_address"))
     elif backend == "kubernetes" and sec["scheduler_service_type"] != "ClusterIP":
         found.append(("scheduler", f"cluster config: kubernetes.scheduler_service_type "
                       f"{sec['scheduler_service_type']!r} exposes the Dask scheduler outside "
@@ -321,6 +324,105 @@ def _kwargs(section, keys):
     return {k: section[k] for k in keys if section[k] is not None}
 
 
+def _jobqueue_kwargs(sec):
+    """dask-jobqueue job keyword arguments of a slurm/pbs section: ``name`` is the job
+    name (``job_name``; dask-jobqueue's own ``name`` names the worker)."""
+    cluster_only = ("jobs", "n_workers", "adapt", "scheduler_options", "name")
+    kw = _kwargs(sec, [k for k in sec if k not in cluster_only])
+    if sec["name"] is not None:
+        kw["job_name"] = sec["name"]
+    return kw
+
+
+#: the command-line tool each batch backend submits its jobs with
+_SUBMIT_TOOLS = {"slurm": "sbatch", "pbs": "qsub"}
+
+
+def _kubeconfig_files():
+    env = os.environ.get("KUBECONFIG")
+    paths = env.split(os.pathsep) if env else [os.path.join("~", ".kube", "config")]
+    return [p for p in paths if p and Path(p).expanduser().is_file()]
+
+
+def check_submit_command(cfg):
+    """Check that this machine can start the cluster a validated config describes.
+
+    ``slurm`` needs ``sbatch`` on ``PATH``, ``pbs`` needs ``qsub``;
+    ``kubernetes`` needs a kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``)
+    or to run inside a pod, and ``kubectl`` when ``port_forward_cluster_ip``
+    is true. Other backends need nothing. :func:`get_client` calls it before
+    starting anything, so a missing tool fails at once instead of after
+    ``client.wait_timeout``.
+
+    Raises
+    ------
+    SubmitCommandNotFoundError
+        One line naming what is missing and how to fix it (a
+        ``FileNotFoundError`` and a :class:`dqkm.exceptions.DqkmError`).
+    """
+    import shutil
+
+    backend = cfg["backend"]
+    tool = _SUBMIT_TOOLS.get(backend)
+    if tool is not None and shutil.which(tool) is None:
+        raise SubmitCommandNotFoundError(
+            f"cluster config backend {backend!r} submits its worker jobs with {tool!r}, which "
+            f"is not on PATH on this machine; run dqkm on a node that can submit {backend} "
+            f"jobs (a login node) or add the folder of {tool!r} to PATH.")
+    if backend != "kubernetes":
+        return
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if not in_pod and not _kubeconfig_files():
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise SubmitCommandNotFoundError(
+            f"cluster config backend 'kubernetes' needs a kubeconfig and there is none at "
+            f"{where!r} (nor is this process in a pod); copy your cluster's kubeconfig there "
+            f"or set KUBECONFIG to its path.")
+    if cfg["kubernetes"]["port_forward_cluster_ip"] and shutil.which("kubectl") is None:
+        raise SubmitCommandNotFoundError(
+            "cluster config key 'port_forward_cluster_ip' in section 'kubernetes' needs "
+            "'kubectl' on PATH, which is missing on this machine; install kubectl or set "
+            "port_forward_cluster_ip: false.")
+
+
+def job_script(path_or_name, *, overrides=None, scheduler="tcp://SCHEDULER:8786"):
+    """The batch script a ``slurm`` or ``pbs`` config submits for each job.
+
+    Built by dask-jobqueue's own job class without starting a scheduler or
+    submitting anything, so a config can be checked on any machine that has
+    dask-jobqueue: job name, account, queue, memory, walltime lines.
+
+    Parameters
+    ----------
+    path_or_name, overrides
+        As for :func:`load_config`.
+    scheduler : str
+        The scheduler address written into the worker command (the real
+        one is known only once the cluster starts).
+
+    Returns
+    -------
+    str
+        The job script.
+
+    Examples
+    --------
+    >>> print(job_script("slurm"))  # doctest: +SKIP
+    #!/usr/bin/env bash
+    <BLANKLINE>
+    #SBATCH -J dqkm
+    ...
+    """
+    cfg = load_config(path_or_name, overrides=overrides)
+    backend = cfg["backend"]
+    if backend not in _SUBMIT_TOOLS:
+        raise ConfigError(f"job_script needs a 'slurm' or 'pbs' config; got backend "
+                          f"{backend!r}.")
+    cls = _import_backend(backend)
+    return cls.job_cls(scheduler=scheduler, name="dqkm-worker",
+                       **_jobqueue_kwargs(cfg[backend])).job_script()
+
+
 def _start_cluster(cfg, security):
     backend = cfg["backend"]
     sec = cfg[backend]
@@ -341,8 +443,10 @@ def _start_cluster(cfg, security):
         return SSHCluster(**_kwargs(sec, list(_SSH)), **extra)
     if backend in ("slurm", "pbs"):
         cls = _import_backend(backend)
-        keys = [k for k in BACKENDS[backend][0] if k not in ("jobs", "n_workers", "adapt")]
-        cluster = cls(**_kwargs(sec, keys), **extra)
+        kw = _jobqueue_kwargs(sec)
+        if sec["scheduler_options"]:
+            kw["scheduler_options"] = sec["scheduler_options"]
+        cluster = cls(**kw, **extra)
         if sec["adapt"] is not None:
             cluster.adapt(**sec["adapt"])
         elif sec["jobs"] is not None:
@@ -426,6 +530,10 @@ def get_client(path_or_name, *, overrides=None):
     ImportError
         The backend's optional package is missing; the message names the
         extra to install (``pip install 'dqkm[cluster]'``).
+    SubmitCommandNotFoundError
+        ``sbatch`` (slurm), ``qsub`` (pbs) or a kubeconfig (kubernetes) is
+        missing here, found before anything starts (see
+        :func:`check_submit_command`).
 
     Examples
     --------
@@ -439,6 +547,7 @@ def get_client(path_or_name, *, overrides=None):
     backend = cfg["backend"]
     if backend in _OPTIONAL:  # fail before building anything
         _import_backend(backend)
+    check_submit_command(cfg)
     for _, message in network_exposure(cfg):
         warnings.warn(message, UserWarning, stacklevel=2)
     security = build_security(cfg["security"]) if cfg["security"] is not None else None

@@ -4,7 +4,9 @@ Every dqkm estimator records one dict per iteration in ``history_`` with at
 least ``objective``, ``shift``, ``seconds`` and ``empty_clusters``;
 algorithms add their own keys (QK-means: ``palm_error``, ``seconds_assign``,
 ``seconds_palm``; KMM: ``beta``, ``n_components``).
-:func:`plot_history` draws whatever of these a history holds.
+:func:`plot_history` draws whatever of these a history holds;
+:func:`plot_convergence` draws the stopping rule: the objective relative to
+its final value and the centroid shift against the tolerance.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["history_panels", "plot_history"]
+__all__ = ["history_panels", "plot_convergence", "plot_history", "recorded_tol_abs"]
 
 # panel name -> (keys that make it appear, y label, log base or None)
 _PANELS = {
@@ -215,3 +217,87 @@ def _draw_seconds(a, x, history):
     if parts:
         a.legend(loc="best", fontsize="small")
     a.set_ylim(bottom=0)
+
+
+def recorded_tol_abs(model):
+    """The absolute shift tolerance a fit recorded (a history entry's ``tol_abs``
+    or the model's ``tol_abs_``), or None when it recorded none."""
+    history = model if isinstance(model, (list, tuple)) else getattr(model, "history_", None)
+    for rec in reversed(history or []):
+        if isinstance(rec, dict) and isinstance(rec.get("tol_abs"), numbers.Real):
+            return float(rec["tol_abs"])
+    value = getattr(model, "tol_abs_", None)
+    return float(value) if isinstance(value, numbers.Real) else None
+
+
+def plot_convergence(model, tol_abs=None, ax=None):
+    """Plot how a fit converged: objective relative to its final value, and shift vs tol.
+
+    Two panels sharing the iteration axis, both on a log scale:
+
+    - **objective / final − 1**: how far each iteration's objective is above
+      the final one (the final iteration itself is 0 and not drawn; values
+      ≤ 0 are left out);
+    - **shift** per iteration with a horizontal line at the absolute
+      tolerance ``tol_abs``: a run stops at the first shift at or below it.
+
+    Parameters
+    ----------
+    model : fitted dqkm estimator or list of dict
+        Anything with a ``history_`` list, or that list itself.
+    tol_abs : float, optional
+        The absolute tolerance to draw; by default the one the fit recorded
+        (:func:`recorded_tol_abs`). Without one, no line is drawn and the
+        legend says so.
+    ax : sequence of two matplotlib Axes, optional
+        Axes to draw into; by default a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    history = _check_history(model)
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError(f"plot_convergence needs matplotlib: pip install 'dqkm[plot]' "
+                          f"({e}).") from e
+    if tol_abs is None:
+        tol_abs = recorded_tol_abs(model)
+    if ax is None:
+        fig, axes = plt.subplots(2, 1, sharex=True, figsize=(6.4, 4.6))
+    else:
+        axes = list(np.ravel(np.asarray(ax, dtype=object)))
+        if len(axes) != 2:
+            raise ValueError(f"The 'ax' parameter of plot_convergence must hold 2 Axes. "
+                             f"Got {len(axes)}.")
+        fig = axes[0].figure
+    x = _iterations(history)
+    marker = "." if len(x) <= 50 else None
+    obj = _series(history, "objective")
+    final = obj[np.isfinite(obj)][-1] if np.isfinite(obj).any() else np.nan
+    rel = obj / final - 1.0 if final > 0 else obj - final
+    keep = np.isfinite(rel) & (rel > 0)
+    axes[0].plot(x[keep], rel[keep], marker=marker, label="objective / final − 1")
+    axes[0].set_ylabel("objective / final − 1")
+    shift = _series(history, "shift")
+    good = np.isfinite(shift) & (shift > 0)
+    axes[1].plot(x[good], shift[good], marker=marker, label="shift")
+    if tol_abs is not None and tol_abs > 0:
+        axes[1].axhline(tol_abs, color="tab:red", linestyle="--", label=f"tol ({tol_abs:.3g})")
+    else:
+        axes[1].plot([], [], " ", label="tol: not recorded")
+    axes[1].legend(loc="best", fontsize="small")
+    axes[1].set_ylabel("centroid shift")
+    for a, y in ((axes[0], rel[keep]), (axes[1], shift[good])):
+        if y.size:
+            a.set_yscale("log")
+        a.grid(True, alpha=0.3)
+    axes[-1].set_xlabel("iteration")
+    axes[-1].xaxis.get_major_locator().set_params(integer=True)
+    title = type(model).__name__ if not isinstance(model, (list, tuple)) else "history"
+    axes[0].set_title(f"{title}: convergence over {len(history)} iterations")
+    fig.align_ylabels(axes)
+    if ax is None:
+        fig.tight_layout()
+    return fig

@@ -2,14 +2,29 @@
 
 The fit driver creates one reporter per ``fit`` with :func:`make_reporter` and
 feeds it every iteration's history record. What the reporter shows depends on
-``verbose`` (scikit-learn's name and meaning):
+``verbose`` (scikit-learn's name and meaning) and on where Python runs:
 
 - ``0``: nothing (records still go to the ``dqkm`` logger at DEBUG level);
-- ``1``: one line per iteration with the iteration, objective, shift against
-  ``tol`` and seconds per iteration;
-- ``2``: as ``1``, plus Dask's own progress bar for every pass over the data.
+- ``1``: one view of the fit with the iteration ``k/max_iter``, the objective,
+  the centroid shift against ``tol``, seconds per iteration and an ETA
+  (bounded by ``max_iter``: a fit that converges ends earlier):
 
-Interface used by the driver (stable; richer views implement the same):
+  - in a terminal, a single line rewritten in place (carriage return);
+  - in Jupyter (an IPython kernel with ``ipywidgets``, the ``jupyter``
+    extra), a widget updated in place;
+  - elsewhere (a log file, a pipe), one line per iteration;
+
+- ``2``: as ``1``, plus Dask's own progress bar for every pass over the data
+  (:func:`dqkm.parallel.engine.progress`).
+
+Logging: dqkm logs through the ``dqkm`` logger and adds no handler of its own.
+One line shows its records (each iteration at DEBUG, milestones at INFO)::
+
+    import logging; logging.basicConfig(); logging.getLogger("dqkm").setLevel("DEBUG")
+
+or, equivalently, ``dqkm.progress.log_to_stderr("DEBUG")``.
+
+Interface used by the driver (stable; every view implements it):
 
 ``make_reporter(verbose, *, name, max_iter, n_init=1)`` returns an object with
 
@@ -21,12 +36,21 @@ Interface used by the driver (stable; richer views implement the same):
 - ``close()`` at the end of fit (also on errors).
 """
 
+import contextlib
 import logging
+import math
 import sys
 
 logger = logging.getLogger("dqkm")
 
-__all__ = ["make_reporter", "LineReporter", "NullReporter"]
+__all__ = ["DASK_BARS", "make_reporter", "LineReporter", "LiveLineReporter", "NullReporter",
+           "WidgetReporter", "in_jupyter", "log_to_stderr", "show_dask_progress"]
+
+
+#: Whether Dask's progress bar is shown for every pass over the data: set by
+#: :func:`dqkm.parallel.engine.progress` and by a ``verbose=2`` reporter, read by
+#: the passes (this module is below :mod:`dqkm.parallel` and imports nothing of it).
+DASK_BARS = {"enabled": False}
 
 
 def _check_verbose(verbose):
@@ -38,29 +62,141 @@ def _check_verbose(verbose):
     return verbose
 
 
+def log_to_stderr(level="INFO"):
+    """Show the ``dqkm`` logger's records at ``level`` and above on stderr.
+
+    One handler is added once (calling again only changes the level); returns
+    the logger.
+    """
+    if not any(getattr(h, "_dqkm_stderr", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler._dqkm_stderr = True
+        logger.addHandler(handler)
+    logger.setLevel(level)
+    return logger
+
+
+def in_jupyter():
+    """Whether this process is an IPython kernel (Jupyter, nbclient), not a terminal.
+
+    IPython is never imported here: a kernel has imported it already.
+    """
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - a broken IPython is "not a kernel"
+        return False
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _widgets():
+    """``ipywidgets`` if it can be imported, else None."""
+    try:
+        import ipywidgets
+    except ImportError:
+        return None
+    return ipywidgets
+
+
+def _ipython_display(obj):
+    from IPython.display import display
+
+    display(obj)
+
+
+def show_dask_progress(futures):
+    """Dask's progress bar for ``futures`` of a ``distributed.Client``.
+
+    In Jupyter with ``ipywidgets`` the widget is displayed (it returns at
+    once); otherwise a text bar on stdout (it returns when the futures are
+    done), also in a kernel without ``ipywidgets``.
+    """
+    from distributed import progress as dist_progress
+
+    if in_jupyter() and _widgets() is not None:
+        _ipython_display(dist_progress(futures, notebook=True))
+    else:
+        dist_progress(futures, notebook=False)
+
+
+def _fmt_seconds(s):
+    if s is None or not math.isfinite(s):
+        return "?"
+    if s < 60:
+        return f"{s:.1f}s"
+    m, s = divmod(int(round(s)), 60)
+    return f"{m}m{s:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def _num(record, key):
+    value = record.get(key)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
 class NullReporter:
     """Shows nothing; sends each record to the ``dqkm`` logger at DEBUG level."""
 
     def __init__(self, name="fit", max_iter=None, n_init=1):
         self.name, self.max_iter, self.n_init = name, max_iter, n_init
         self.run = 0
+        self._seconds = []
+        self._dask_bars = contextlib.ExitStack()
 
     def start_run(self, run, n_runs):
         self.run = run
+        self._seconds = []
 
     def update(self, record, tol_abs=None):
+        self._seconds.append(_num(record, "seconds"))
         logger.debug("%s run %d iteration %s: objective %s, shift %s", self.name, self.run + 1,
                      record.get("iteration"), record.get("objective"), record.get("shift"))
 
     def end_run(self, n_iter, objective, converged):
-        pass
+        logger.info("%s run %d: %s after %s iterations, objective %s", self.name, self.run + 1,
+                    "converged" if converged else "stopped at max_iter", n_iter, objective)
 
     def close(self):
-        pass
+        self._dask_bars.close()
+
+    def with_dask_bars(self):
+        """Turn on Dask's per-pass bars until :meth:`close` (``verbose=2``)."""
+        old = DASK_BARS["enabled"]
+        DASK_BARS["enabled"] = True
+        self._dask_bars.callback(DASK_BARS.__setitem__, "enabled", old)
+        return self
+
+    # ------------------------------------------------------------------ shared text
+    def status(self, record, tol_abs=None):
+        """The one-line status of an iteration: ``name [run r/n] iteration k/max:
+        objective …, shift … (tol …), … s/it, ETA ≤ … (p% of max_iter)``; the ETA
+        assumes the run goes on to ``max_iter``."""
+        run = f" run {self.run + 1}/{self.n_init}" if self.n_init > 1 else ""
+        tol = f" (tol {tol_abs:.3g})" if tol_abs is not None else ""
+        total = f"/{self.max_iter}" if self.max_iter else ""
+        k = record.get("iteration", len(self._seconds))
+        done = [s for s in self._seconds if math.isfinite(s)]
+        per_it = sum(done) / len(done) if done else float("nan")
+        eta = ""
+        if self.max_iter and isinstance(k, int) and math.isfinite(per_it):
+            eta = (f", ETA ≤ {_fmt_seconds(per_it * max(self.max_iter - k, 0))} "
+                   f"({100 * k / self.max_iter:.0f}% of max_iter)")
+        return (f"{self.name}{run} iteration {k}{total}: "
+                f"objective {_num(record, 'objective'):.6g}, "
+                f"shift {_num(record, 'shift'):.3g}{tol}, {per_it:.2f}s/it{eta}")
+
+    def summary(self, n_iter, objective, converged):
+        state = "converged" if converged else "stopped at max_iter"
+        return f"{self.name}: {state} after {n_iter} iterations, objective {objective:.6g}"
 
 
 class LineReporter(NullReporter):
-    """One line per iteration on ``stream`` (stderr by default)."""
+    """One line per iteration on ``stream`` (stderr by default): for logs and pipes."""
 
     def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
         super().__init__(name, max_iter, n_init)
@@ -71,22 +207,122 @@ class LineReporter(NullReporter):
 
     def update(self, record, tol_abs=None):
         super().update(record, tol_abs)
-        run = f" run {self.run + 1}/{self.n_init}" if self.n_init > 1 else ""
-        tol = f" (tol {tol_abs:.3g})" if tol_abs is not None else ""
-        total = f"/{self.max_iter}" if self.max_iter else ""
-        self._print(f"{self.name}{run} iteration {record.get('iteration')}{total}: "
-                    f"objective {record.get('objective', float('nan')):.6g}, "
-                    f"shift {record.get('shift', float('nan')):.3g}{tol}, "
-                    f"{record.get('seconds', float('nan')):.2f}s")
+        self._print(self.status(record, tol_abs))
 
     def end_run(self, n_iter, objective, converged):
-        state = "converged" if converged else "stopped at max_iter"
-        self._print(f"{self.name}: {state} after {n_iter} iterations, objective {objective:.6g}")
+        super().end_run(n_iter, objective, converged)
+        self._print(self.summary(n_iter, objective, converged))
+
+
+class LiveLineReporter(LineReporter):
+    """A single line rewritten in place (carriage return) on a terminal.
+
+    Each run ends its line with a newline and its summary; the line is padded
+    with spaces so a shorter status erases a longer one.
+    """
+
+    def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
+        super().__init__(name, max_iter, n_init, stream)
+        self._width = 0
+        self._open = False
+
+    def update(self, record, tol_abs=None):
+        NullReporter.update(self, record, tol_abs)
+        text = self.status(record, tol_abs)
+        pad = " " * max(self._width - len(text), 0)
+        self._width = len(text)
+        self.stream.write("\r" + text + pad)
+        self.stream.flush()
+        self._open = True
+
+    def _end_line(self):
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open, self._width = False, 0
+
+    def end_run(self, n_iter, objective, converged):
+        self._end_line()
+        super().end_run(n_iter, objective, converged)
+
+    def close(self):
+        self._end_line()
+        super().close()
+
+
+class WidgetReporter(NullReporter):
+    """An ``ipywidgets`` view updated in place: a progress bar (``k/max_iter``)
+    and a text line (objective, shift against tol, seconds per iteration, ETA).
+
+    ``display=False`` builds the widget without showing it (``self.widget``).
+    """
+
+    def __init__(self, name="fit", max_iter=None, n_init=1, display=True):
+        super().__init__(name, max_iter, n_init)
+        import ipywidgets as w
+
+        self.bar = w.IntProgress(value=0, min=0, max=max(int(max_iter or 1), 1),
+                                 description=name, bar_style="info")
+        self.label = w.HTML(value=f"{name}: starting")
+        self.widget = w.VBox([self.bar, self.label])
+        if display:
+            _ipython_display(self.widget)
+
+    def start_run(self, run, n_runs):
+        super().start_run(run, n_runs)
+        self.bar.value, self.bar.bar_style = 0, "info"
+        if n_runs > 1:
+            self.bar.description = f"{self.name} {run + 1}/{n_runs}"
+
+    def update(self, record, tol_abs=None):
+        super().update(record, tol_abs)
+        k = record.get("iteration")
+        if isinstance(k, int):
+            self.bar.value = min(k, self.bar.max)
+        self.label.value = self.status(record, tol_abs)
+
+    def end_run(self, n_iter, objective, converged):
+        super().end_run(n_iter, objective, converged)
+        self.bar.bar_style = "success" if converged else "warning"
+        self.label.value = self.summary(n_iter, objective, converged)
+
+
+def _is_terminal(stream):
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def make_reporter(verbose, *, name, max_iter=None, n_init=1):
-    """The progress reporter for one fit (see the module docstring)."""
+    """The progress reporter for one fit (see the module docstring).
+
+    Parameters
+    ----------
+    verbose : int
+        ``0`` silent, ``1`` one view of the fit, ``2`` also Dask's per-pass bars.
+    name : str
+        What is fitted, shown first (e.g. ``'KMeans'``).
+    max_iter : int, optional
+        Iterations per run at most (the ``k/max_iter`` and the ETA bound).
+    n_init : int
+        Runs of the fit.
+
+    Returns
+    -------
+    NullReporter
+        A :class:`WidgetReporter` in Jupyter with ``ipywidgets``, a
+        :class:`LiveLineReporter` when stderr is a terminal, a
+        :class:`LineReporter` otherwise, a :class:`NullReporter` at
+        ``verbose=0``.
+    """
     verbose = _check_verbose(verbose)
     if verbose == 0:
         return NullReporter(name, max_iter, n_init)
-    return LineReporter(name, max_iter, n_init)
+    if in_jupyter() and _widgets() is not None:
+        reporter = WidgetReporter(name, max_iter, n_init)
+    elif _is_terminal(sys.stderr):
+        reporter = LiveLineReporter(name, max_iter, n_init)
+    else:
+        reporter = LineReporter(name, max_iter, n_init)
+    return reporter.with_dask_bars() if verbose >= 2 else reporter

@@ -331,3 +331,177 @@ def test_out_under_a_file_or_unwritable_folder_is_refused_before_the_fit(models,
                        locked / "m.npz", "--no-progress")
     locked.chmod(0o755)
     _assert_one_line(rc, err, "--out", "locked", "not writable")
+
+
+# ------------------------------------------------------------------ informative CLI
+def test_v_and_q_are_accepted_anywhere():
+    from dqkm.cli import build_parser
+
+    parse = build_parser().parse_args
+    fit = ["x.zarr", "--n-clusters", "2", "--out", "m.npz"]
+    assert parse(["fit", *fit]).quiet is False
+    for argv in (["-q", "fit", *fit], ["fit", "-q", *fit], ["fit", *fit, "-q"],
+                 ["fit", "x.zarr", "-q", "--n-clusters", "2", "--out", "m.npz"]):
+        ns = parse(argv)
+        assert ns.quiet is True and ns.verbose == 0, argv
+    ns = parse(["info", "m.npz", "-v", "--quiet"])
+    assert ns.quiet is True and ns.verbose == 1
+
+
+@pytest.mark.parametrize("command", ["generate", "fit", "predict", "transform", "index",
+                                     "neighbors", "info", "report", "demo"])
+def test_every_option_has_help_and_shows_its_default(command, capsys, monkeypatch):
+    from dqkm.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # help text on one line
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    options = [i for i, ln in enumerate(lines) if ln.startswith("  -")]
+    assert options
+    for i in options:  # the help follows the flag, or is on the next, indented, line
+        flag, _, help_text = lines[i].strip().partition("  ")
+        if not help_text.strip():
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            help_text = nxt.strip() if nxt.startswith(" " * 10) else ""
+        assert help_text, f"{command}: {flag} has no help text"
+    text = " ".join(" ".join(lines).split())  # flags and their help on one line
+    if command == "fit":
+        assert "(default: kmeans)" in text and "(default: 0)" in text  # algorithm, seed
+        assert "--n-clusters N_CLUSTERS number of clusters (K); required" in text
+        assert "--max-iter MAX_ITER iterations per run at most" in text
+    if command == "generate":
+        assert "(default: 100000)" in text and "(default: float32)" in text
+
+
+def test_fit_summary_lines_per_algorithm(models, capsys):
+    d = models
+    rc, out, _ = _main(capsys, "fit", "--n-clusters", 3, d / "X.zarr", "--out", d / "k.npz",
+                       "-q")
+    assert rc == 0
+    assert out.startswith("KMeans: n_clusters=3 inertia=") and " n_iter=" in out
+    sizes = io.load(d / "k.npz").predict(io.load_array(d / "X.zarr").compute())
+    counts = np.bincount(sizes, minlength=3)
+    assert f"sizes=min {counts.min()}/median {int(np.median(counts))}/max {counts.max()}" in out
+    rc, out, _ = _main(capsys, "fit", "--algorithm", "kmm", "--n-clusters", 3, d / "X.zarr",
+                       "--out", d / "kmm.npz", "--max-iter", 3, "-q", "--param",
+                       "detect_outliers=true")
+    assert rc == 0
+    kmm = io.load(d / "kmm.npz")
+    assert "nan" not in out and "inertia" not in out
+    assert out.startswith(f"KMultipleMeans: n_clusters=3 found={kmm.n_components_} "
+                          f"prototypes={kmm.n_prototypes_} beta={kmm.beta_:.4g} "
+                          f"outliers={kmm.n_outliers_} n_iter=3 sizes=")
+
+
+def test_closed_pipe_is_quiet(models):
+    d = models
+    p = subprocess.Popen([sys.executable, "-m", "dqkm", "info", str(d / "m.npz")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before dqkm writes anything
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141
+    assert err == ""
+    shell = subprocess.run(f"'{sys.executable}' -m dqkm info '{d / 'm.npz'}' | head -1",
+                           shell=True, capture_output=True, text=True, timeout=300)
+    assert shell.stdout.startswith("estimator: KMeans") and shell.stderr == ""
+
+
+def test_info_groups_internal_arrays_and_shows_cluster_sizes(models, capsys):
+    import dqkm
+    from dqkm.cluster.qkmeans import QKMeans
+
+    d = models
+    X = io.load_array(d / "X.zarr").compute()
+    qk = QKMeans(n_clusters=4, sparsity=2, max_iter=2, palm_iter=5, palm_iter_init=5,
+                 random_state=0).fit(X)
+    dqkm.save(qk, d / "qk.npz")
+    rc, out, _ = _main(capsys, "info", d / "qk.npz")
+    assert rc == 0 and "array cluster_centers_: shape (4, 3)" in out
+    assert "indptr" not in out and "factor0" not in out
+    assert "arrays factors_*: one encoded object in" in out and "--all lists them" in out
+    rc, out_all, _ = _main(capsys, "info", d / "qk.npz", "--all")
+    assert "array factors_factor0_indptr" in out_all and "array factors_header" in out_all
+    counts = np.bincount(qk.labels_, minlength=4)  # labels_ are saved with the model
+    assert (f"cluster sizes (fitted rows): 4 clusters, min {counts.min()}, max "
+            f"{counts.max()}") in out
+    assert " ".join(map(str, counts)) in out
+    # a model fitted on a store keeps no labels: counted on a store, or said so
+    _main(capsys, "fit", "--n-clusters", 3, d / "X.zarr", "--out", d / "lazy.npz", "-q")
+    rc, out, _ = _main(capsys, "info", d / "lazy.npz")
+    assert "cluster sizes: not stored in this model; --data STORE counts" in out
+    rc, out, _ = _main(capsys, "info", d / "lazy.npz", "--data", d / "X.zarr")
+    km = io.load(d / "lazy.npz")
+    counts = np.bincount(km.predict(X), minlength=3)
+    assert f"cluster sizes (rows of {d / 'X.zarr'}): 3 clusters, min {counts.min()}" in out
+
+
+def test_report_plot_draws_relative_objective_and_shift_against_tol(models, capsys,
+                                                                     monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.figure
+
+    d = models
+    _main(capsys, "fit", "--n-clusters", 3, d / "X.zarr", "--out", d / "r.npz", "-q",
+          "--param", "init=\"random\"", "--max-iter", 5)
+    saved = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                        lambda self, *a, **k: saved.append(self))
+    rc, out, _ = _main(capsys, "report", d / "r.npz", "--plot", d / "r.png", "--data",
+                       d / "X.zarr")
+    assert rc == 0 and f"wrote {d / 'r.png'}" in out and "no tol line" not in out
+    obj_ax, shift_ax = saved[0].axes[:2]
+    assert obj_ax.get_yscale() == "log" and shift_ax.get_yscale() == "log"
+    assert obj_ax.get_ylabel() == "objective / final − 1"
+    X = io.load_array(d / "X.zarr").compute()
+    model = io.load(d / "r.npz")
+    tol_line = [ln for ln in shift_ax.get_lines() if ln.get_label().startswith("tol (")]
+    assert len(tol_line) == 1  # scikit-learn's rule: tol × mean feature variance
+    assert tol_line[0].get_ydata()[0] == pytest.approx(model.tol * X.var(axis=0).mean())
+    rc, out, _ = _main(capsys, "report", d / "r.npz", "--plot", d / "r2.png")
+    assert "no tol line: the model did not record its absolute tolerance; --data" in out
+    history = model.history_
+    objective = np.array([r["objective"] for r in history])
+    rel = objective / objective[-1] - 1
+    np.testing.assert_allclose(obj_ax.get_lines()[0].get_ydata(), rel[rel > 0])
+
+
+def test_fit_sets_verbose_only_on_estimators_that_have_it():
+    from argparse import Namespace
+
+    from dqkm.cli import _fit_verbose
+
+    class WithVerbose:
+        def __init__(self):
+            self.verbose = 0
+
+        def get_params(self):
+            return {"n_clusters": 2, "verbose": self.verbose}
+
+        def set_params(self, **kw):
+            self.__dict__.update(kw)
+
+    class Without(WithVerbose):
+        def get_params(self):
+            return {"n_clusters": 2}
+
+        def set_params(self, **kw):
+            raise AssertionError("verbose passed to an estimator without it")
+
+    def args(**kw):
+        base = {"param": None, "no_progress": False, "quiet": False, "pass_bars": False}
+        return Namespace(**{**base, **kw})
+
+    assert _fit_verbose(Without(), args()) is False
+    for kw, level in (({}, 1), ({"pass_bars": True}, 2), ({"quiet": True}, 0),
+                      ({"no_progress": True, "pass_bars": True}, 0)):
+        model = WithVerbose()
+        assert _fit_verbose(model, args(**kw)) is True and model.verbose == level, kw
+    model = WithVerbose()
+    model.verbose = 2  # --param verbose=2 wins
+    _fit_verbose(model, args(param=["verbose=2"], quiet=True))
+    assert model.verbose == 2

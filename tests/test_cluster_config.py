@@ -1,11 +1,13 @@
 """Cluster configs: schema validation, LocalCluster, TLS, and a real multi-process cluster."""
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+import warnings
 
 import dask
 import dask.array as da
@@ -520,3 +522,129 @@ def test_config_is_code_is_documented():
     readme = (CONFIG_DIR / "README.md").read_text()
     for text in (readme, get_client.__doc__):
         assert "preload" in text and "trust" in text
+
+
+# ------------------------------------------------------------------ HPC job scripts
+def _lines(script):
+    return [ln.strip() for ln in script.splitlines()]
+
+
+def test_slurm_job_script_carries_the_yaml():
+    pytest.importorskip("dask_jobqueue", reason="job scripts are built by dask-jobqueue")
+    raw = yaml.safe_load((CONFIG_DIR / "slurm.yaml").read_text())["slurm"]
+    lines = _lines(cluster_config.job_script("slurm"))
+    assert f"#SBATCH -J {raw['name']}" in lines  # the job name, not 'dask-worker'
+    assert f"#SBATCH -A {raw['account']}" in lines
+    assert f"#SBATCH -p {raw['queue']}" in lines
+    assert f"#SBATCH -t {raw['walltime'][:5]}:00" in lines
+    assert "#SBATCH --mem=30G" in lines  # 32GB as dask-jobqueue books it
+    assert "#SBATCH --exclusive" in lines
+    assert raw["job_script_prologue"][0] in lines
+    mine = _lines(cluster_config.job_script("slurm", overrides={"slurm": {
+        "name": "mine", "account": "acct9", "queue": "gpu", "memory": "8GB",
+        "walltime": "00:10:00"}}))
+    assert {"#SBATCH -J mine", "#SBATCH -A acct9", "#SBATCH -p gpu", "#SBATCH --mem=8G",
+            "#SBATCH -t 00:10:00"} <= set(mine)
+
+
+def test_pbs_job_script_carries_the_yaml():
+    pytest.importorskip("dask_jobqueue", reason="job scripts are built by dask-jobqueue")
+    raw = yaml.safe_load((CONFIG_DIR / "pbs.yaml").read_text())["pbs"]
+    lines = _lines(cluster_config.job_script("pbs"))
+    assert f"#PBS -N {raw['name']}" in lines
+    assert f"#PBS -A {raw['account']}" in lines
+    assert f"#PBS -q {raw['queue']}" in lines
+    assert f"#PBS -l walltime={raw['walltime']}" in lines
+    assert f"#PBS -l {raw['resource_spec']}" in lines  # memory: select=...:mem=100GB
+    assert "#PBS -j oe" in lines
+    mem = _lines(cluster_config.job_script({"backend": "pbs", "pbs": {
+        "cores": 2, "memory": "6GB", "name": "x", "account": "a", "queue": "q"}}))
+    assert "#PBS -l select=1:ncpus=2:mem=5723MB" in mem  # 6GB in MiB and "#PBS -N x" in mem
+
+
+def test_job_script_refuses_other_backends():
+    with pytest.raises(cluster_config.ConfigError, match=r"job_script needs a 'slurm' or 'pbs'"
+                                                         r" config; got backend 'local'"):
+        cluster_config.job_script("local")
+
+
+def test_scheduler_options_reach_the_jobqueue_cluster(monkeypatch):
+    jq = pytest.importorskip("dask_jobqueue", reason="the slurm backend is dask-jobqueue")
+    seen = {}
+
+    class Fake:
+        def __init__(self, **kw):
+            seen.update(kw)
+
+        def scale(self, **kw):
+            pass
+
+    monkeypatch.setattr(jq, "SLURMCluster", Fake)
+    cluster_config._start_cluster(load_config("slurm"), None)
+    assert seen["scheduler_options"] == {"dashboard_address": "127.0.0.1:8787"}
+    assert seen["job_name"] == "dqkm" and "name" not in seen
+    found = cluster_config.network_exposure(load_config("slurm", overrides={"slurm": {
+        "scheduler_options": {"dashboard_address": ":8787"}}}))
+    assert [w for w, _ in found] == ["scheduler", "dashboard"]
+    assert "slurm.scheduler_options.dashboard_address ':8787'" in found[1][1]
+
+
+@pytest.mark.parametrize("backend, tool", [("slurm", "sbatch"), ("pbs", "qsub")])
+def test_missing_submit_command_fails_before_starting(backend, tool, monkeypatch, tmp_path):
+    pytest.importorskip("dask_jobqueue", reason="checked after the backend's package")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch / qsub here
+
+    def started(cfg, security):
+        raise AssertionError("a cluster was started without its submit command")
+
+    monkeypatch.setattr(cluster_config, "_start_cluster", started)
+    with pytest.raises(cluster_config.SubmitCommandNotFoundError,
+                       match=rf"submits its worker jobs with '{tool}', which is not on PATH"):
+        with warnings_ignored():
+            get_client(backend)
+    fake = tmp_path / tool
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    cluster_config.check_submit_command(load_config(backend))  # found: no error
+
+
+def test_missing_submit_command_is_one_line_from_the_cli(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("dask_jobqueue", reason="checked after the backend's package")
+    from dqkm.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    data = tmp_path / "d.zarr"
+    with warnings_ignored():
+        status = main(["fit", str(data), "--n-clusters", "2", "--cluster", "slurm",
+                       "--out", str(tmp_path / "m.zarr")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1 and "'sbatch', which is not on PATH" in err
+
+
+def test_kubernetes_needs_a_kubeconfig(monkeypatch, tmp_path):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cfg = load_config("kubernetes")
+    with pytest.raises(cluster_config.SubmitCommandNotFoundError,
+                       match=r"needs a kubeconfig and there is none at .*none.*set KUBECONFIG"):
+        cluster_config.check_submit_command(cfg)
+    (tmp_path / "none").write_text("apiVersion: v1\n")
+    cluster_config.check_submit_command(cfg)
+    cfg["kubernetes"]["port_forward_cluster_ip"] = True
+    with pytest.raises(cluster_config.SubmitCommandNotFoundError,
+                       match=r"'port_forward_cluster_ip'.*needs 'kubectl' on PATH"):
+        cluster_config.check_submit_command(cfg)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # in a pod: no file needed
+    cfg["kubernetes"]["port_forward_cluster_ip"] = None
+    (tmp_path / "none").unlink()
+    cluster_config.check_submit_command(cfg)
+
+
+@contextlib.contextmanager
+def warnings_ignored():
+    """The slurm configs warn that their scheduler listens without TLS: not tested here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

@@ -17,7 +17,8 @@ import dask
 __all__ = ["active_client", "compute_settled", "cpu_count", "local_progress", "progress",
            "progress_enabled", "show_progress"]
 
-_PROGRESS = {"enabled": False}
+# The one switch for per-pass bars, shared with the verbose=2 progress views.
+from ..progress import DASK_BARS as _PROGRESS  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -26,7 +27,8 @@ def progress(enabled: bool = True):
 
     Works with the threaded scheduler (``dask.diagnostics.ProgressBar``) and
     with a ``distributed.Client`` (``distributed.progress``: a text bar in a
-    terminal, a widget in Jupyter).
+    terminal, a widget displayed in Jupyter with ``ipywidgets``, a text bar in
+    Jupyter without it).
     """
     old = _PROGRESS["enabled"]
     _PROGRESS["enabled"] = bool(enabled)
@@ -63,9 +65,9 @@ def active_client():
 def show_progress(futures):
     """distributed's progress bar (text in a terminal, widget in Jupyter), if enabled."""
     if _PROGRESS["enabled"]:
-        from distributed import progress as dist_progress
+        from ..progress import show_dask_progress
 
-        dist_progress(futures)
+        show_dask_progress(futures)
 
 
 def local_progress():

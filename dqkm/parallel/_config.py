@@ -1,0 +1,29 @@
+"""dqkm's dask config keys: their defaults (``dqkm/dqkm.yaml``) registered with dask.
+
+``dask.config.get("dqkm")`` lists them once :mod:`dqkm.parallel` is imported. Keys:
+
+``dqkm.fast-zarr-read`` (default ``true``)
+    Read uncompressed or blosc/zstd Zarr chunks straight from their files, without
+    zarr's asynchronous machinery; ``false`` always reads through zarr.
+"""
+
+from importlib import resources
+
+import dask.config
+import yaml
+
+__all__ = ["DEFAULTS", "register_defaults"]
+
+
+def _packaged_defaults():
+    text = resources.files("dqkm").joinpath("dqkm.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+#: The defaults shipped in ``dqkm/dqkm.yaml``.
+DEFAULTS = _packaged_defaults()
+
+
+def register_defaults():
+    """Register :data:`DEFAULTS` with dask (values the user set keep priority)."""
+    dask.config.update_defaults(DEFAULTS)
