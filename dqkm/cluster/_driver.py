@@ -272,6 +272,8 @@ class _Fit:
             t0 = time.perf_counter()
             state, rec, tol_abs = algo.step(self.X, state, it, tol_abs)
             rec.setdefault("seconds", time.perf_counter() - t0)
+            if tol_abs is not None:  # the stopping rule's line, for plots (dqkm report)
+                rec.setdefault("tol_abs", float(tol_abs))
             shift, objective = float(rec["shift"]), float(rec["objective"])
             history.append(rec)
             converged = bool(algo.converged(rec, tol_abs))

@@ -200,3 +200,16 @@ def test_lost_scheduler_names_the_saved_state(X, tmp_path):
                 checkpoint=tmp_path / "ck")
     with pytest.raises(SchedulerLostError, match="Pass checkpoint=PATH"):
         run_fit(Halfway(max_iter=3, lose_at=2), X, random_state=0)
+
+
+def test_history_records_carry_the_absolute_tolerance():
+    """Every record names the stopping rule's line, so a saved model's convergence
+    plot (``dqkm report --plot``) draws it without the data."""
+    import dqkm
+    from dqkm.monitor import recorded_tol_abs
+
+    X = np.random.default_rng(0).normal(size=(500, 3)) * [1.0, 2.0, 3.0]
+    km = dqkm.KMeans(4, tol=1e-3, random_state=0).fit(X)
+    expected = 1e-3 * X.var(axis=0).mean()
+    assert all(np.isclose(r["tol_abs"], expected) for r in km.history_)
+    assert np.isclose(recorded_tol_abs(km), expected)
