@@ -1,0 +1,261 @@
+"""scikit-learn's own K-means tests, run against dqkm.KMeans and dqkm.MiniBatchKMeans.
+
+The test module shipped in scikit-learn's wheel
+(``sklearn/cluster/tests/test_k_means.py``) is imported from the installed
+scikit-learn, its ``KMeans`` and ``MiniBatchKMeans`` names are pointed at
+dqkm's estimators, and its test functions are collected here. Nothing of it is
+copied into this repository. The tests that cannot pass are listed in
+``EXPECTED`` with the reason; each is a strict xfail, so a test that starts
+passing must be taken off the list.
+"""
+
+import importlib
+import importlib.util
+
+import numpy as np
+import pytest
+
+import dqkm
+
+def _load():
+    """Import scikit-learn's test module under another name while ``sklearn.cluster``
+    exposes dqkm's estimators, so that its imports *and* the parametrize lists
+    evaluated at import time (``[KMeans, MiniBatchKMeans]``) name dqkm's."""
+    import sklearn.cluster
+
+    spec = importlib.util.find_spec("sklearn.cluster.tests.test_k_means")
+    saved = sklearn.cluster.KMeans, sklearn.cluster.MiniBatchKMeans
+    sklearn.cluster.KMeans, sklearn.cluster.MiniBatchKMeans = dqkm.KMeans, dqkm.MiniBatchKMeans
+    try:
+        module = importlib.util.module_from_spec(
+            importlib.util.spec_from_file_location("dqkm_sklearn_k_means_suite", spec.origin))
+        module.__spec__.loader.exec_module(module)
+    finally:
+        sklearn.cluster.KMeans, sklearn.cluster.MiniBatchKMeans = saved
+    assert module.KMeans is dqkm.KMeans and module.MiniBatchKMeans is dqkm.MiniBatchKMeans
+    return module
+
+
+_mod = _load()
+
+
+@pytest.fixture
+def global_random_seed():
+    """scikit-learn's fixture, with its default value (its conftest is not loaded here)."""
+    return 42
+
+
+@pytest.fixture
+def global_dtype():
+    """scikit-learn's fixture, with its default value (float64)."""
+    return np.float64
+
+
+# Generated from a run against the installed scikit-learn, one line per test that fails,
+# with its reason (strict: a test that starts passing must come off this list).
+_R = {
+    'algorithm': 'no `algorithm` parameter on dqkm.KMeans yet (bound-pruned passes exist as kernels only)',
+    'sparse': 'CSR input: dqkm.KMeans and MiniBatchKMeans take dense input (SparseEmbeddedKMeans takes CSR)',
+    'sw': 'dqkm.KMeans has no sample_weight yet (dqkm.MiniBatchKMeans has)',
+    'private': 'reads a private scikit-learn attribute (_n_init / _init_centroids)',
+    'callable': 'dqkm.KMeans has no callable init yet (dqkm.MiniBatchKMeans has)',
+    'copy_x': 'no copy_x parameter: dqkm never modifies X',
+    'warn_unique': 'dqkm does not warn when X has fewer distinct points than n_clusters',
+    'warn_elkan': 'no `algorithm` parameter on dqkm.KMeans yet (bound-pruned passes exist as kernels only)',
+    'warn_n_init': "an explicit init with n_init > 1 runs once without scikit-learn's RuntimeWarning",
+    'wrong_shape': "dqkm words the init-shape error differently ('The 'init' array of ... must have shape')",
+    'mb_diff': "MiniBatchKMeans draws batches per block without replacement (documented); on this 100-row data its result differs from scikit-learn's — not yet investigated",
+}
+EXPECTED = {
+    'test_all_init[KMeans-random-sparse_matrix]': _R['sparse'],
+    'test_all_init[KMeans-random-sparse_array]': _R['sparse'],
+    'test_all_init[KMeans-k-means++-sparse_matrix]': _R['sparse'],
+    'test_all_init[KMeans-k-means++-sparse_array]': _R['sparse'],
+    'test_all_init[KMeans-ndarray-sparse_matrix]': _R['sparse'],
+    'test_all_init[KMeans-ndarray-sparse_array]': _R['sparse'],
+    'test_all_init[KMeans-callable-dense]': _R['callable'],
+    'test_all_init[KMeans-callable-sparse_matrix]': _R['callable'],
+    'test_all_init[KMeans-callable-sparse_array]': _R['callable'],
+    'test_all_init[MiniBatchKMeans-random-sparse_matrix]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-random-sparse_array]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-k-means++-sparse_matrix]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-k-means++-sparse_array]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-ndarray-sparse_matrix]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-ndarray-sparse_array]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-callable-sparse_matrix]': _R['sparse'],
+    'test_all_init[MiniBatchKMeans-callable-sparse_array]': _R['sparse'],
+    'test_dense_sparse[KMeans-X_csr0]': _R['sw'],
+    'test_dense_sparse[KMeans-X_csr1]': _R['sw'],
+    'test_dense_sparse[MiniBatchKMeans-X_csr0]': _R['sparse'],
+    'test_dense_sparse[MiniBatchKMeans-X_csr1]': _R['sparse'],
+    'test_float_precision[KMeans-sparse_matrix]': _R['sparse'],
+    'test_float_precision[KMeans-sparse_array]': _R['sparse'],
+    'test_float_precision[MiniBatchKMeans-sparse_matrix]': _R['sparse'],
+    'test_float_precision[MiniBatchKMeans-sparse_array]': _R['sparse'],
+    'test_integer_input[KMeans-k-means++-int32-sparse_matrix]': _R['sparse'],
+    'test_integer_input[KMeans-k-means++-int32-sparse_array]': _R['sparse'],
+    'test_integer_input[KMeans-k-means++-int64-sparse_matrix]': _R['sparse'],
+    'test_integer_input[KMeans-k-means++-int64-sparse_array]': _R['sparse'],
+    'test_integer_input[KMeans-ndarray-int32-sparse_matrix]': _R['sparse'],
+    'test_integer_input[KMeans-ndarray-int32-sparse_array]': _R['sparse'],
+    'test_integer_input[KMeans-ndarray-int64-sparse_matrix]': _R['sparse'],
+    'test_integer_input[KMeans-ndarray-int64-sparse_array]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-k-means++-int32-sparse_matrix]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-k-means++-int32-sparse_array]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-k-means++-int64-sparse_matrix]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-k-means++-int64-sparse_array]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-ndarray-int32-sparse_matrix]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-ndarray-int32-sparse_array]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-ndarray-int64-sparse_matrix]': _R['sparse'],
+    'test_integer_input[MiniBatchKMeans-ndarray-int64-sparse_array]': _R['sparse'],
+    'test_k_means_1_iteration[lloyd-dense]': _R['algorithm'],
+    'test_k_means_1_iteration[lloyd-sparse_matrix]': _R['algorithm'],
+    'test_k_means_1_iteration[lloyd-sparse_array]': _R['algorithm'],
+    'test_k_means_1_iteration[elkan-dense]': _R['algorithm'],
+    'test_k_means_1_iteration[elkan-sparse_matrix]': _R['algorithm'],
+    'test_k_means_1_iteration[elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_convergence[lloyd]': _R['algorithm'],
+    'test_kmeans_convergence[elkan]': _R['algorithm'],
+    'test_kmeans_copyx': _R['copy_x'],
+    'test_kmeans_elkan_iter_attribute': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-dense-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-dense-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-sparse_matrix-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-sparse_matrix-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-sparse_array-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0.01-sparse_array-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-dense-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-dense-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-sparse_matrix-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-sparse_matrix-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-sparse_array-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-08-sparse_array-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-dense-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-dense-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-sparse_matrix-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-sparse_matrix-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-sparse_array-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[1e-100-sparse_array-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-dense-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-dense-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-sparse_matrix-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-sparse_matrix-blobs]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-sparse_array-normal]': _R['algorithm'],
+    'test_kmeans_elkan_results[0-sparse_array-blobs]': _R['algorithm'],
+    'test_kmeans_empty_cluster_relocated[dense]': _R['sw'],
+    'test_kmeans_empty_cluster_relocated[sparse_matrix]': _R['sw'],
+    'test_kmeans_empty_cluster_relocated[sparse_array]': _R['sw'],
+    'test_kmeans_init_auto_with_initial_centroids[KMeans-k-means++-1]': _R['private'],
+    'test_kmeans_init_auto_with_initial_centroids[KMeans-random-default]': _R['private'],
+    'test_kmeans_init_auto_with_initial_centroids[KMeans-<lambda>-default]': _R['callable'],
+    'test_kmeans_init_auto_with_initial_centroids[KMeans-array-like-1]': _R['private'],
+    'test_kmeans_init_fitted_centers[sparse_matrix]': _R['sparse'],
+    'test_kmeans_init_fitted_centers[sparse_array]': _R['sparse'],
+    'test_kmeans_predict[2-KMeans-lloyd-dense]': _R['algorithm'],
+    'test_kmeans_predict[2-KMeans-lloyd-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_predict[2-KMeans-lloyd-sparse_array]': _R['algorithm'],
+    'test_kmeans_predict[2-KMeans-elkan-dense]': _R['algorithm'],
+    'test_kmeans_predict[2-KMeans-elkan-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_predict[2-KMeans-elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_predict[2-MiniBatchKMeans-None-sparse_matrix]': _R['sparse'],
+    'test_kmeans_predict[2-MiniBatchKMeans-None-sparse_array]': _R['sparse'],
+    'test_kmeans_predict[100-KMeans-lloyd-dense]': _R['algorithm'],
+    'test_kmeans_predict[100-KMeans-lloyd-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_predict[100-KMeans-lloyd-sparse_array]': _R['algorithm'],
+    'test_kmeans_predict[100-KMeans-elkan-dense]': _R['algorithm'],
+    'test_kmeans_predict[100-KMeans-elkan-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_predict[100-KMeans-elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_predict[100-MiniBatchKMeans-None-sparse_matrix]': _R['sparse'],
+    'test_kmeans_predict[100-MiniBatchKMeans-None-sparse_array]': _R['sparse'],
+    'test_kmeans_relocated_clusters[lloyd-dense]': _R['algorithm'],
+    'test_kmeans_relocated_clusters[lloyd-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_relocated_clusters[lloyd-sparse_array]': _R['algorithm'],
+    'test_kmeans_relocated_clusters[elkan-dense]': _R['algorithm'],
+    'test_kmeans_relocated_clusters[elkan-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_relocated_clusters[elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_results[float32-lloyd-dense]': _R['algorithm'],
+    'test_kmeans_results[float32-lloyd-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_results[float32-lloyd-sparse_array]': _R['algorithm'],
+    'test_kmeans_results[float32-elkan-dense]': _R['algorithm'],
+    'test_kmeans_results[float32-elkan-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_results[float32-elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_results[float64-lloyd-dense]': _R['algorithm'],
+    'test_kmeans_results[float64-lloyd-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_results[float64-lloyd-sparse_array]': _R['algorithm'],
+    'test_kmeans_results[float64-elkan-dense]': _R['algorithm'],
+    'test_kmeans_results[float64-elkan-sparse_matrix]': _R['algorithm'],
+    'test_kmeans_results[float64-elkan-sparse_array]': _R['algorithm'],
+    'test_kmeans_verbose[0.01-lloyd]': _R['algorithm'],
+    'test_kmeans_verbose[0.01-elkan]': _R['algorithm'],
+    'test_kmeans_verbose[0-lloyd]': _R['algorithm'],
+    'test_kmeans_verbose[0-elkan]': _R['algorithm'],
+    'test_kmeans_warns_less_centers_than_unique_points': _R['warn_unique'],
+    'test_n_init_auto[KMeans-10]': _R['private'],
+    'test_predict_dense_sparse[KMeans-random-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[KMeans-random-X_csr1]': _R['sparse'],
+    'test_predict_dense_sparse[KMeans-k-means++-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[KMeans-k-means++-X_csr1]': _R['sparse'],
+    'test_predict_dense_sparse[KMeans-ndarray-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[KMeans-ndarray-X_csr1]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-random-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-random-X_csr1]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-k-means++-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-k-means++-X_csr1]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-ndarray-X_csr0]': _R['sparse'],
+    'test_predict_dense_sparse[MiniBatchKMeans-ndarray-X_csr1]': _R['sparse'],
+    'test_predict_does_not_change_cluster_centers[csr_matrix]': _R['sparse'],
+    'test_predict_does_not_change_cluster_centers[csr_array]': _R['sparse'],
+    'test_relocating_with_duplicates[lloyd-dense]': _R['algorithm'],
+    'test_relocating_with_duplicates[lloyd-sparse_matrix]': _R['algorithm'],
+    'test_relocating_with_duplicates[lloyd-sparse_array]': _R['algorithm'],
+    'test_relocating_with_duplicates[elkan-dense]': _R['algorithm'],
+    'test_relocating_with_duplicates[elkan-sparse_matrix]': _R['algorithm'],
+    'test_relocating_with_duplicates[elkan-sparse_array]': _R['algorithm'],
+    'test_sample_weight_init[k-means++]': _R['private'],
+    'test_sample_weight_init[random]': _R['private'],
+    'test_sample_weight_unchanged[KMeans]': _R['sw'],
+    'test_sample_weight_zero[k-means++]': _R['private'],
+    'test_sample_weight_zero[random]': _R['private'],
+    'test_scaled_weights[KMeans-dense]': _R['sw'],
+    'test_scaled_weights[KMeans-sparse_matrix]': _R['sw'],
+    'test_scaled_weights[KMeans-sparse_array]': _R['sw'],
+    'test_scaled_weights[MiniBatchKMeans-sparse_matrix]': _R['sparse'],
+    'test_scaled_weights[MiniBatchKMeans-sparse_array]': _R['sparse'],
+    'test_score_max_iter[MiniBatchKMeans]': _R['mb_diff'],
+    'test_transform[MiniBatchKMeans]': _R['mb_diff'],
+    'test_unit_weights_vs_no_weights[KMeans-dense]': _R['sw'],
+    'test_unit_weights_vs_no_weights[KMeans-sparse_matrix]': _R['sw'],
+    'test_unit_weights_vs_no_weights[KMeans-sparse_array]': _R['sw'],
+    'test_unit_weights_vs_no_weights[MiniBatchKMeans-sparse_matrix]': _R['sparse'],
+    'test_unit_weights_vs_no_weights[MiniBatchKMeans-sparse_array]': _R['sparse'],
+    'test_warning_elkan_1_cluster': _R['warn_elkan'],
+    'test_warning_n_init_precomputed_centers[KMeans]': _R['warn_n_init'],
+    'test_warning_n_init_precomputed_centers[MiniBatchKMeans]': _R['warn_n_init'],
+    'test_weighted_vs_repeated': _R['sw'],
+    'test_wrong_params[param1-The': _R['wrong_shape'],
+    'test_wrong_params[param1-The': _R['wrong_shape'],
+    'test_wrong_params[param2-The': _R['wrong_shape'],
+    'test_wrong_params[param2-The': _R['wrong_shape'],
+    'test_wrong_params[param3-The': _R['wrong_shape'],
+    'test_wrong_params[param3-The': _R['wrong_shape'],
+    'test_wrong_params[param4-The': _R['wrong_shape'],
+    'test_wrong_params[param4-The': _R['wrong_shape'],
+}
+
+
+def _collect():
+    for name in dir(_mod):
+        if name.startswith("test_") and callable(getattr(_mod, name)):
+            globals()[name] = getattr(_mod, name)
+
+
+_collect()
+
+
+def pytest_collection_modifyitems_hook(items):
+    """Mark the tests of ``EXPECTED`` strict xfail (called by this folder's conftest)."""
+    for item in items:
+        # names with spaces (parametrized by a message regex) are listed up to the space
+        reason = EXPECTED.get(item.name) or EXPECTED.get(item.name.split(" ")[0])
+        if reason:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
