@@ -83,6 +83,25 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     """
 
     # ------------------------------------------------------------- validation
+    def fit_predict(self, X, y=None, **kwargs):
+        """Fit on X and return the cluster of each of its rows.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+        y : ignored
+        **kwargs
+            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            ``labels_`` after the fit.
+        """
+        return self.fit(X, **kwargs).labels_
+
     def _validate_X(self, X, *, reset: bool):
         """Return ``(Xd, lazy)``; see :func:`validate_input`."""
         return validate_input(self, X, reset=reset)

@@ -271,25 +271,6 @@ class KMeans(DqkmClusterer):
         self.history_ = res.history
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
 
-    def fit_predict(self, X, y=None, **kwargs):
-        """Fit on X and return the cluster of each of its rows.
-
-        Parameters
-        ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
-        y : ignored
-        **kwargs
-            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
-
-        Returns
-        -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            ``labels_`` after the fit.
-        """
-        return self.fit(X, **kwargs).labels_
-
     # ------------------------------------------------------------- inference
     def predict(self, X):
         """Index of the closest center of each sample (blockwise on any size).

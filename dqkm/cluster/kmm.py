@@ -388,25 +388,6 @@ class KMultipleMeans(DqkmClusterer):
                           if isinstance(self.random_state, (int, np.integer)) else None),
             fingerprint=data_fingerprint(Xd, split_every=self.split_every))
 
-    def fit_predict(self, X, y=None, **kwargs):
-        """Fit on X and return the cluster of each of its rows.
-
-        Parameters
-        ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
-        y : ignored
-        **kwargs
-            Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
-
-        Returns
-        -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            ``labels_`` after the fit.
-        """
-        return self.fit(X, **kwargs).labels_
-
     def predict(self, X):
         """Cluster of each new point's nearest prototype (squared Euclidean).
 
