@@ -137,7 +137,7 @@ def unpack_model(header, arrays, prefix="", *, source="(in memory)"):
     """The estimator :func:`pack_model` packed (fitted if it was).
 
     The parameters must be the estimator's, and the fitted state what it
-    declares (:mod:`dqkm._model_check`): anything else is refused with
+    declares (``dqkm._model_check``): anything else is refused with
     ``ModelFileError`` naming ``source`` (the file) and the key.
     """
     if not isinstance(header, dict) or not isinstance(header.get("params"), dict):
