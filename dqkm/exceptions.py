@@ -25,7 +25,7 @@ class InvalidParameterError(DqkmError, ValueError, TypeError):
 
     Both a ``ValueError`` and a ``TypeError`` (as scikit-learn's
     ``InvalidParameterError``), so a wrong type and a wrong value are one
-    error wherever they are made (see :mod:`dqkm._validation`)."""
+    error wherever they are made (see ``dqkm._validation``)."""
 
 
 class DataError(DqkmError, ValueError):

@@ -11,6 +11,16 @@
 The code lives in the data layer (:mod:`dqkm.data.stores`,
 :mod:`dqkm.data.serialize`) and :mod:`dqkm.parallel.data`; this module only
 re-exports it.
+
+Examples
+--------
+>>> import os, tempfile
+>>> import numpy as np
+>>> from dqkm import io
+>>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+>>> _ = io.save_array(np.arange(8.0).reshape(4, 2), path)
+>>> io.load_array(path).compute().tolist()
+[[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
 """
 
 from .data.serialize import _NESTED, _OPERATOR  # noqa: F401 - the markers dqkm.cli reads

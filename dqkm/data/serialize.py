@@ -52,7 +52,22 @@ def _is_model(v) -> bool:
 
 def pack_operator(op, prefix=""):
     """``(kind, arrays)`` of a dqkm linear operator (``SparseFactors``,
-    ``HadamardLandmarks``); ``(None, {})`` for anything else."""
+    ``HadamardLandmarks``); ``(None, {})`` for anything else.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.io import pack_operator, unpack_operator
+    >>> from dqkm.kernels import SparseFactors
+    >>> op = SparseFactors([np.eye(2), np.array([[1.0, 2.0], [0.0, 3.0]])])
+    >>> kind, arrays = pack_operator(op)
+    >>> kind
+    'SparseFactors'
+    >>> bool(np.allclose(unpack_operator(kind, arrays).toarray(), op.toarray()))
+    True
+    >>> pack_operator(np.eye(2))
+    (None, {})
+    """
     if isinstance(op, SparseFactors):
         return "SparseFactors", {f"{prefix}{k}": v for k, v in op.to_arrays().items()}
     if isinstance(op, HadamardLandmarks):
@@ -62,7 +77,18 @@ def pack_operator(op, prefix=""):
 
 
 def unpack_operator(kind, arrays, prefix=""):
-    """The operator :func:`pack_operator` packed."""
+    """The operator :func:`pack_operator` packed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.io import pack_operator, unpack_operator
+    >>> from dqkm.kernels import SparseFactors
+    >>> kind, arrays = pack_operator(SparseFactors([np.array([[2.0, 0.0], [0.0, 1.0]])]))
+    >>> unpack_operator(kind, arrays).toarray()
+    array([[2., 0.],
+           [0., 1.]])
+    """
     own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
     if kind == "SparseFactors":
         return SparseFactors.from_arrays(own)
@@ -123,6 +149,15 @@ def pack_model(model, prefix=""):
     fitted, the fitted state's scalars (``None`` when unfitted).  ``arrays``:
     every array, named ``prefix + name`` (parameters ``prefix + 'param__' + name``),
     so that several models share one container.  :func:`unpack_model` inverts it.
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.io import pack_model
+    >>> km = dqkm.KMeans(2, random_state=0).fit(np.array([[0., 0], [0, 1], [5, 5], [5, 6]]))
+    >>> header, arrays = pack_model(km)
+    >>> header["estimator"], header["params"]["n_clusters"], "cluster_centers_" in arrays
+    ('KMeans', 2, True)
     """
     params, arrays = _split_params(model.get_params(deep=False), prefix)
     header = {"estimator": type(model).__name__, "params": params, "state": None}
@@ -137,8 +172,17 @@ def unpack_model(header, arrays, prefix="", *, source="(in memory)"):
     """The estimator :func:`pack_model` packed (fitted if it was).
 
     The parameters must be the estimator's, and the fitted state what it
-    declares (:mod:`dqkm._model_check`): anything else is refused with
+    declares (``dqkm._model_check``): anything else is refused with
     ``ModelFileError`` naming ``source`` (the file) and the key.
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.io import pack_model, unpack_model
+    >>> km = dqkm.KMeans(2, random_state=0).fit(np.array([[0., 0], [0, 1], [5, 5], [5, 6]]))
+    >>> back = unpack_model(*pack_model(km))
+    >>> bool((back.cluster_centers_ == km.cluster_centers_).all())
+    True
     """
     if not isinstance(header, dict) or not isinstance(header.get("params"), dict):
         raise ModelFileError(f"The model file {source} has no estimator parameters in its "
@@ -387,7 +431,20 @@ def load(path):
 
 def model_info(path) -> dict:
     """The JSON header of a saved model (estimator, parameters, fitted scalars) and
-    ``arrays``: each array's ``[shape, dtype]``."""
+    ``arrays``: each array's ``[shape, dtype]``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np, dqkm
+    >>> from dqkm.io import model_info
+    >>> km = dqkm.KMeans(2, random_state=0).fit(np.array([[0., 0], [0, 1], [5, 5], [5, 6]]))
+    >>> path = os.path.join(tempfile.mkdtemp(), "km.npz")
+    >>> _ = dqkm.save(km, path)
+    >>> info = model_info(path)
+    >>> info["estimator"], info["params"]["n_clusters"], info["arrays"]["cluster_centers_"][0]
+    ('KMeans', 2, [2, 2])
+    """
     header, arrays = _read_header(path)
     header["arrays"] = {k: (list(v.shape), str(v.dtype)) for k, v in arrays.items()}
     return header

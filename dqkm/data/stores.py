@@ -145,7 +145,22 @@ def check_writable(path, overwrite=False):
     """Raise now (before a long computation) what :func:`save_arrays` or
     :func:`save_array` would raise for ``path`` later: ``TargetExistsError`` (a
     ``FileExistsError``) if it exists and ``overwrite`` is false, ``StoreError``
-    if it exists but is not a Zarr store or dqkm model file."""
+    if it exists but is not a Zarr store or dqkm model file.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from dqkm.io import check_writable, save_array
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.zarr")
+    >>> check_writable(path)  # nothing there yet: fine
+    >>> _ = save_array(np.zeros((4, 2)), path)
+    >>> check_writable(path)
+    Traceback (most recent call last):
+    ...
+    dqkm.data.atomic.TargetExistsError: ...
+    >>> check_writable(path, overwrite=True)
+    """
     AtomicTarget(path, overwrite).check()
 
 
