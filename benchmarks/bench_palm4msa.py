@@ -246,8 +246,7 @@ after the same iterations agree to rounding (the reference forms its gradient in
 float32).  The hierarchical row is the initial factorisation as `QKMeans` runs it with
 its defaults (`palm_iter_init=300` as the cap, `split_tol=1e-3`).
 
-QK-means documentation (corrects docs/ALGORITHMS.md, which says `hierarchical_refits=0`
-gives the paper's algorithm):
+QK-means variants and defaults:
 
 - `QKMeans(variant="paper")` is Algorithm 1 of "QuicK-means: Acceleration of K-means by
   learning a fast transform" (Giffon, Emiya, Ralaivola, Kadri; 2019/2021) exactly: the
