@@ -170,7 +170,7 @@ def _list_range(rows, protos, rule, pt, s, thr, n_cand, lo, hi):  # OUT s.fg, df
     return n_cand
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _first_list(rows, protos, rule, pt, s):  # OUT s
     """The first candidate list and its stage: every prototype (reference, stage
     3), the given seeds (stage 0) or the K smallest bounds (stage 1)."""
@@ -228,7 +228,7 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
     return n_seed, stage
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _movers(rows, protos, rule, pt, s):
     """``(n_mv, track)``: the previous bound says every other prototype had D_E ≥ E;
     moved by δ_j it has √D_E ≥ √E − δ_j, so it can only be among the l + 1 nearest
@@ -253,7 +253,7 @@ def _movers(rows, protos, rule, pt, s):
     return -1, 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
     """The movers that are not seeds, with their β·D_F; returns their count."""
     n_cand = 0
@@ -270,7 +270,7 @@ def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
     return n_cand
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
     """The list after the current one: ``(n_cand, stage, thr, track, no_scan, stop)``.
 
@@ -316,7 +316,7 @@ def _refilter(cand, lbm, t, n_cand, thr):  # OUT cand[t:]
     return kept
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
     """Exact distances for the candidate lists, one after the other;
     ``(n_exact, track, no_scan, scanned_all)``."""
@@ -364,7 +364,7 @@ def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
     return n_exact, track, no_scan, not (no_scan or stop)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT out[i]
     """The row's neighbours, kept prototypes and bound on D_E outside them."""
     m = protos.A.shape[0]
@@ -389,7 +389,7 @@ def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT ou
         out.keep[i, k] = topJ[k] if topJ[k] < m else -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
     """One row: its seeds, the scan and its outputs; returns the exact distances."""
     m = protos.A.shape[0]
