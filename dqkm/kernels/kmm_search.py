@@ -170,7 +170,7 @@ def _list_range(rows, protos, rule, pt, s, thr, n_cand, lo, hi):  # OUT s.fg, df
     return n_cand
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _first_list(rows, protos, rule, pt, s):  # OUT s
     """The first candidate list and its stage: every prototype (reference, stage
     3), the given seeds (stage 0) or the K smallest bounds (stage 1)."""
@@ -213,6 +213,7 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
         for k in range(K):
             seedP[k] = seedJ[k]
     n_seed = 0
+    lbm, cand = s.lbm, s.cand
     for k in range(K):
         j = seedP[k]
         rep = j >= m
@@ -220,15 +221,15 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
             rep = rep or seedP[kk] == j
         if not rep:  # a repeated seed is computed once
             if not given:
-                s.lbm[j] = np.nan  # listed below from lbm: not again
-            s.cand[n_seed] = j
+                lbm[j] = np.nan  # listed below from lbm: not again
+            cand[n_seed] = j
             n_seed += 1
             if given:
                 _df_at(rows, protos, rule, pt, s, j)
     return n_seed, stage
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _movers(rows, protos, rule, pt, s):
     """``(n_mv, track)``: the previous bound says every other prototype had D_E ≥ E;
     moved by δ_j it has √D_E ≥ √E − δ_j, so it can only be among the l + 1 nearest
@@ -253,11 +254,11 @@ def _movers(rows, protos, rule, pt, s):
     return -1, 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
     """The movers that are not seeds, with their β·D_F; returns their count."""
     n_cand = 0
-    mv_order, seedP = protos.mv_order, s.seedP
+    mv_order, seedP, cand = protos.mv_order, s.seedP, s.cand
     for u in range(n_mv):
         q = mv_order[u]
         rep = False
@@ -265,12 +266,12 @@ def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
             rep = rep or seedP[kk] == q
         if not rep:
             _df_at(rows, protos, rule, pt, s, q)
-            s.cand[n_cand] = q
+            cand[n_cand] = q
             n_cand += 1
     return n_cand
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
     """The list after the current one: ``(n_cand, stage, thr, track, no_scan, stop)``.
 
@@ -316,7 +317,7 @@ def _refilter(cand, lbm, t, n_cand, thr):  # OUT cand[t:]
     return kept
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
     """Exact distances for the candidate lists, one after the other;
     ``(n_exact, track, no_scan, scanned_all)``."""
@@ -364,32 +365,35 @@ def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
     return n_exact, track, no_scan, not (no_scan or stop)
 
 
-@njit(cache=True, nogil=True)
-def _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track):  # OUT out[i]
-    """The row's neighbours, kept prototypes and bound on D_E outside them."""
-    m = protos.A.shape[0]
+@njit(cache=True, nogil=True, inline="always")
+def _finish_row(rule, m, topD, topJ, topE, dfv, out, i, no_scan, scanned_all,
+                track):  # OUT out[i]
+    """The row's neighbours, kept prototypes and bound on D_E outside them.
+
+    Takes the arrays it reads, not the search's tuples: every array of a tuple
+    handed to an inlined helper costs reference counts per row.
+    """
     K = rule.n_keep
-    topD, topJ = s.topD, s.topJ
+    idx, dist, de, keep, low = out.idx, out.dist, out.de, out.keep, out.low
     if no_scan:
-        out.low[i] = track
+        low[i] = track
     if rule.pruned and scanned_all and topD[K - 1] < np.inf:
         # every prototype outside the K nearest has D >= the K-th D, and
         # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
         mx = 0.0
-        dfv = s.dfv
         for j in range(m):
             mx = max(mx, dfv[j])
         h = topD[K - 1]
-        out.low[i] = (h - mx) - rule.margin * (abs(h) + mx)
+        low[i] = (h - mx) - rule.margin * (abs(h) + mx)
     for k in range(rule.n_nearest):
-        out.idx[i, k] = topJ[k] if topJ[k] < m else -1
-        out.dist[i, k] = topD[k]
-        out.de[i, k] = s.topE[k]
+        idx[i, k] = topJ[k] if topJ[k] < m else -1
+        dist[i, k] = topD[k]
+        de[i, k] = topE[k]
     for k in range(K):
-        out.keep[i, k] = topJ[k] if topJ[k] < m else -1
+        keep[i, k] = topJ[k] if topJ[k] < m else -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
     """One row: its seeds, the scan and its outputs; returns the exact distances."""
     m = protos.A.shape[0]
@@ -411,7 +415,7 @@ def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
         hi = protos.comp_hi[ci]
     n_exact, track, no_scan, scanned_all = _scan(rows, protos, rule, pt, s, n_cand, stage, lo,
                                                  hi)
-    _finish_row(protos, rule, s, out, i, no_scan, scanned_all, track)
+    _finish_row(rule, m, topD, topJ, topE, s.dfv, out, i, no_scan, scanned_all, track)
     return n_exact
 
 
@@ -426,15 +430,16 @@ def neighbors_kernel(rows, protos, rule, out):  # OUT out
                  np.empty(K, np.int64), np.empty(K), np.empty(K, np.int64), np.empty(d),
                  np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64))
     n_exact = 0
+    skip, low, idx, dist, de, keep = rows.skip, out.low, out.idx, out.dist, out.de, out.keep
     for i in range(n):
-        out.low[i] = -np.inf
-        if rows.skip[i]:
+        low[i] = -np.inf
+        if skip[i]:
             for k in range(rule.n_nearest):
-                out.idx[i, k] = -1
-                out.dist[i, k] = np.inf
-                out.de[i, k] = np.inf
+                idx[i, k] = -1
+                dist[i, k] = np.inf
+                de[i, k] = np.inf
             for k in range(K):
-                out.keep[i, k] = -1
+                keep[i, k] = -1
             continue
         n_exact += _search_row(rows, protos, rule, s, out, i)
     return n_exact
