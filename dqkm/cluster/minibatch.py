@@ -262,9 +262,7 @@ class MiniBatchKMeans(DqkmClusterer):
         self.n_steps_ = state.steps
         self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
         if self.compute_labels:
-            self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
-            self.inertia_ = float(compute((min_sq_distances(Xd, self.cluster_centers_)
-                                           * w).sum())[0])
+            self._set_labels(Xd, lazy, w)
         else:
             self.inertia_ = float(state.ewa) * self.batch_size if state.ewa is not None \
                 else np.nan
@@ -377,10 +375,18 @@ class MiniBatchKMeans(DqkmClusterer):
         self._counts = state.weight_sums
         self.n_steps_ = state.steps
         if self.compute_labels:
-            self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
-            self.inertia_ = float(compute((min_sq_distances(Xd, self.cluster_centers_)
-                                           * w).sum())[0])
+            self._set_labels(Xd, lazy, w)
         return self
+
+    def _weighted_inertia(self, Xd, w):
+        """Sum of ``w`` times the squared distance of each row of X to its center."""
+        mind = min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype))
+        return float(compute((mind * w).sum())[0])
+
+    def _set_labels(self, Xd, lazy, w):
+        """``labels_`` and ``inertia_`` over all of X (``compute_labels``)."""
+        self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
+        self.inertia_ = self._weighted_inertia(Xd, w)
 
     # ------------------------------------------------------------- inference
     def predict(self, X):
@@ -400,8 +406,7 @@ class MiniBatchKMeans(DqkmClusterer):
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)
         w = self._weights(sample_weight, Xd)
-        mind = min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype))
-        return -float(compute((mind * w).sum())[0])
+        return -self._weighted_inertia(Xd, w)
 
     # ------------------------------------------------------------- save/load
     def _get_state(self):
