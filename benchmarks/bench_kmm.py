@@ -14,6 +14,7 @@ docs/ALGORITHMS.md) and the eigenpairs computed vs the naive count
     .venv/bin/python benchmarks/bench_kmm.py            # n = 10k and 100k
     .venv/bin/python benchmarks/bench_kmm.py --quick    # n = 10k only (and a smaller 'svd' run)
     .venv/bin/python benchmarks/bench_kmm.py --dense-reference   # + the dense-SVD reference at 100k
+    .venv/bin/python benchmarks/bench_kmm.py --search   # the neighbour search alone (m <= 300)
 
 The reference's SVD of S̃ (``svd_algorithm``): at n = 10k and on digits the
 default ('auto') is the dense LAPACK SVD, the paper's original KMM.  At n = 100k
@@ -169,6 +170,60 @@ def outliers(n, max_iter, seed=0):
                   f"{flagged.sum()} | {flagged[is_noise].mean():.2f} | {prec:.2f} |", flush=True)
 
 
+SEARCH_CASES = (("first pass, pruned", dict(pruned=True)),
+                ("seeded pass with bound, pruned", dict(pruned=True, seeded=True)),
+                ("reference (every D_E)", dict(pruned=False)))
+
+
+def search_times(n=20_000, d=32, ms=(100, 300), mode=0, repeats=5, seed=0):
+    """Median seconds of ``nearest_prototypes`` (l = 5, K = 11) per case and m, with
+    the kernels already compiled: ``{(case, m): (seconds, n_exact)}``.  Reads only
+    the public names of ``dqkm.kernels.kmm``, so the same function times any
+    version of the search (before and after a change, in one run)."""
+    from dqkm.kernels.kmm import SpectralTerm, nearest_prototypes, project
+    from dqkm.kernels.kmm_init import svd_basis
+
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((10, d)) * 5
+    X = (centers[rng.integers(0, 10, n)] + rng.standard_normal((n, d))).astype(np.float32)
+    out = {}
+    for m in ms:
+        A = X[rng.choice(n, m, replace=False)].astype(np.float64)
+        term = SpectralTerm.none(n, m)
+        mu, V = svd_basis(A, 5)
+        lb = project(X, mu, V) + project(A, mu, V)
+        first = nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=11)
+        moved = A + 0.01 * rng.standard_normal(A.shape)
+        lb2 = project(X, mu, V) + project(moved, mu, V)
+        mv = np.sqrt(((moved - A) ** 2).sum(1))
+        for name, kw in SEARCH_CASES:
+            if kw.get("seeded"):
+                call = lambda: nearest_prototypes(  # noqa: E731
+                    X, moved, 5, term, pruned=True, lb=lb2, n_keep=11,  # noqa: B023
+                    seeds=first.keep, bound=first.low, moves=mv)  # noqa: B023
+            else:
+                call = lambda kw=kw: nearest_prototypes(  # noqa: E731
+                    X, A, 5, term, pruned=kw["pruned"], lb=lb, n_keep=11)  # noqa: B023
+            res = call()  # compiled (and warm) before timing
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                call()
+                ts.append(time.perf_counter() - t0)
+            out[(name, m)] = (float(np.median(ts)), res.n_exact)
+    return out
+
+
+def search_table(n=20_000, ms=(100, 300)):
+    """Prints the neighbour-search table (seconds per call, pairs computed)."""
+    print(f"\nNeighbour search alone: nearest_prototypes, n = {n}, d = 32, β = 0, l = 5, "
+          "K = 11, median of 5 calls (compiled)\n")
+    print("| case | m | ms per call | ns per row | exact D_E |")
+    print("|---|---|---|---|---|")
+    for (name, m), (t, ex) in search_times(n=n, ms=ms).items():
+        print(f"| {name} | {m} | {1e3 * t:.2f} | {1e9 * t / n:.0f} | {ex} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -180,6 +235,8 @@ def main():
     ap.add_argument("--dense-reference", action="store_true",
                     help="at n = 100k also run the reference with the dense SVD (the paper's "
                          "original KMM; ~800 MB, several minutes)")
+    ap.add_argument("--search", action="store_true",
+                    help="only the neighbour-search table (nearest_prototypes, m <= 300)")
     add_markdown_option(ap)
     args = ap.parse_args()
     with capture_stdout() as out:
@@ -195,6 +252,8 @@ def _run(args):
           f"max_iter={args.max_iter}, BLAS threads {args.blas_threads} (reference: "
           f"{args.reference_blas_threads}), cores {os.cpu_count()}")
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+        if args.search:
+            return search_table()
         Xw, yw = make_blobs(300, 8, centers=3, random_state=0)
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2).fit(Xw)  # numba warm-up
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2, solver="svd").fit(Xw)

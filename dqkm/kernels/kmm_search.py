@@ -2,10 +2,14 @@
 
 The inputs come as named tuples (:class:`RowSide`, :class:`ProtoSide`,
 :class:`SearchRule`) laid out by :func:`dqkm.kernels.kmm_neighbors.neighbor_problem`.
-Each row runs :func:`_first_list` (the seeds, or every prototype for the
-reference), then :func:`_scan` over candidate lists that :func:`_next_list`
+:func:`neighbors_kernel` unpacks them once and hands the per-row functions plain
+arrays: a tuple holding arrays costs a reference count per array each time it is
+passed or read, which per row is more than the search itself at m of a few
+hundred.  Only tuples of scalars (:class:`SearchRule`, :class:`_Point`) are
+passed on.  Each row runs :func:`_first_list` (the seeds, or every prototype for the
+reference), then :func:`_scan_list` over candidate lists that :func:`_next_list`
 makes from the lower bounds, then :func:`_finish_row`.  The exact distance is
-computed in one place (in :func:`_scan`), so both solvers run the same machine
+computed in one place (in :func:`_scan_list`), so both solvers run the same machine
 code and a pair computed by both gets the same bits.
 
 All kernels are pure: inputs are never mutated; buffers written in place are
@@ -97,7 +101,7 @@ class SearchRule(NamedTuple):
 
 class _Point(NamedTuple):
     """One row's constants: its index, component, 1/n_k, ‖f‖², its ‖x̃‖² less the
-    slack, and its residual norm."""
+    slack, and its residual norm (scalars only: free to pass around)."""
 
     i: int
     ci: int
@@ -105,26 +109,6 @@ class _Point(NamedTuple):
     f2i: float
     xi: float
     xp: float
-
-
-class _Scratch(NamedTuple):
-    """Buffers reused row after row: the K nearest so far (D, index, D_E), the
-    seeds, the row in float64, and per prototype x̃·ã, f·g, the bound, β·D_F and
-    the candidate list."""
-
-    topD: np.ndarray
-    topJ: np.ndarray
-    topE: np.ndarray
-    seedD: np.ndarray
-    seedJ: np.ndarray
-    seedE: np.ndarray
-    seedP: np.ndarray
-    xi64: np.ndarray
-    xa: np.ndarray
-    fg: np.ndarray
-    lbm: np.ndarray
-    dfv: np.ndarray
-    cand: np.ndarray
 
 
 class Outputs(NamedTuple):
@@ -138,29 +122,29 @@ class Outputs(NamedTuple):
 
 
 # --------------------------------------------------------------------------- lists
+# The per-row functions take plain arrays, in one order: the D_F side (F, GT, qcomp,
+# qinv, g2), the bound's side (xt, atT, atn, aperp, an2), then the row's buffers
+# (fg, dfv, xa, lbm, seedP, cand), then the scalar tuples (rule, pt).
 @njit(cache=True, nogil=True, inline="always")
-def _df_at(rows, protos, rule, pt, s, j):  # OUT s.dfv[j]
+def _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, j):  # OUT dfv[j]
     """β·D_F of one prototype: the same operations as a range (same bits)."""
     use_f = rule.mode == 2 or rule.mode == 3
-    fgj = _dot_one(rows.F, pt.i, protos.GT, j) if use_f else 0.0
-    s.dfv[j] = _df_one(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv,
-                       fgj, protos.g2, j)
+    fgj = _dot_one(F, pt.i, GT, j) if use_f else 0.0
+    dfv[j] = _df_one(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fgj, g2, j)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _list_range(rows, protos, rule, pt, s, thr, n_cand, lo, hi):  # OUT s.fg, dfv, xa, lbm, cand
-    """β·D_F and the bounds for the positions [lo, hi); appends to ``s.cand`` (from
+def _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
+                rule, pt, thr, n_cand, lo, hi):  # OUT fg, dfv, xa, lbm, cand
+    """β·D_F and the bounds for the positions [lo, hi); appends to ``cand`` (from
     ``n_cand``) those, not seeds, whose bound is ≤ ``thr``; returns the new count."""
     if hi <= lo:
         return n_cand
     if rule.mode == 2 or rule.mode == 3:
-        _row_dot(rows.F, pt.i, protos.GT, s.fg, lo, hi)
-    _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv, s.fg,
-              protos.g2, s.dfv, lo, hi)
-    _row_dot(rows.xt, pt.i, protos.atT, s.xa, lo, hi)
-    _bounds_range(pt.xi, pt.xp, s.xa, protos.atn, protos.aperp, protos.an2, s.dfv, rule.margin,
-                  s.lbm, lo, hi)
-    seedP, lbm, cand = s.seedP, s.lbm, s.cand
+        _row_dot(F, pt.i, GT, fg, lo, hi)
+    _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, lo, hi)
+    _row_dot(xt, pt.i, atT, xa, lo, hi)
+    _bounds_range(pt.xi, pt.xp, xa, atn, aperp, an2, dfv, rule.margin, lbm, lo, hi)
     for k in range(seedP.shape[0]):  # seeds are computed already
         if lo <= seedP[k] < hi:
             lbm[seedP[k]] = np.nan  # NaN <= thr is False
@@ -171,22 +155,35 @@ def _list_range(rows, protos, rule, pt, s, thr, n_cand, lo, hi):  # OUT s.fg, df
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _first_list(rows, protos, rule, pt, s):  # OUT s
+def _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m):  # OUT seedD, seedJ, seedE, seedP
+    """The positions of the K smallest bounds (ties: lower position) into ``seedP``."""
+    K = seedP.shape[0]
+    for k in range(K):
+        seedD[k] = np.inf
+        seedJ[k] = m
+        seedE[k] = 0.0
+    for j in range(m):
+        v = lbm[j]
+        if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
+            _insert(seedD, seedJ, seedE, v, j, 0.0)
+    for k in range(K):
+        seedP[k] = seedJ[k]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _first_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
+                seeds, seedD, seedJ, seedE, rule, pt, m):  # OUT the buffers
     """The first candidate list and its stage: every prototype (reference, stage
     3), the given seeds (stage 0) or the K smallest bounds (stage 1)."""
-    m = protos.A.shape[0]
     K = rule.n_keep
     i = pt.i
     if not rule.pruned:
         if rule.mode == 2 or rule.mode == 3:
-            _row_dot(rows.F, i, protos.GT, s.fg, 0, m)
-        _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, protos.qcomp, protos.qinv, s.fg,
-                  protos.g2, s.dfv, 0, m)
-        cand = s.cand
+            _row_dot(F, i, GT, fg, 0, m)
+        _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, 0, m)
         for j in range(m):
             cand[j] = j
         return m, 3
-    seeds, seedP = rows.seeds, s.seedP
     given = seeds.shape[1] == K
     if given:
         for k in range(K):
@@ -200,20 +197,10 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
         stage = 1
         for k in range(K):
             seedP[k] = m
-        _list_range(rows, protos, rule, pt, s, -np.inf, 0, 0, m)
-        seedD, seedJ, seedE, lbm = s.seedD, s.seedJ, s.seedE, s.lbm
-        for k in range(K):
-            seedD[k] = np.inf
-            seedJ[k] = m
-            seedE[k] = 0.0
-        for j in range(m):
-            v = lbm[j]
-            if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
-                _insert(seedD, seedJ, seedE, v, j, 0.0)
-        for k in range(K):
-            seedP[k] = seedJ[k]
+        _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP,
+                    cand, rule, pt, -np.inf, 0, 0, m)
+        _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m)
     n_seed = 0
-    lbm, cand = s.lbm, s.cand
     for k in range(K):
         j = seedP[k]
         rep = j >= m
@@ -225,22 +212,17 @@ def _first_list(rows, protos, rule, pt, s):  # OUT s
             cand[n_seed] = j
             n_seed += 1
             if given:
-                _df_at(rows, protos, rule, pt, s, j)
+                _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, j)
     return n_seed, stage
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _movers(rows, protos, rule, pt, s):
+def _movers(E, thr_l, mv_delta, margin, m):
     """``(n_mv, track)``: the previous bound says every other prototype had D_E ≥ E;
     moved by δ_j it has √D_E ≥ √E − δ_j, so it can only be among the l + 1 nearest
-    (D ≥ D_E ≤ the (l+1)-th D of the seeds) if δ_j ≥ √E − √thr_L: only those
-    n_mv "movers" need a distance, and ``track`` bounds D_E for the others.
+    (D ≥ D_E ≤ ``thr_l``, the (l+1)-th D of the seeds) if δ_j ≥ √E − √thr_l: only
+    those n_mv "movers" need a distance, and ``track`` bounds D_E for the others.
     n_mv = −1 when the row must scan."""
-    E = rows.prev_low[pt.i]
-    thr_l = s.topD[rule.n_nearest - 1]
-    margin = rule.margin
-    m = protos.A.shape[0]
-    mv_delta = protos.mv_delta
     if E > 0.0 and E < np.inf and thr_l < np.inf:
         g = np.sqrt(E) * (1.0 - margin) - np.sqrt(thr_l) * (1.0 + margin)
         if g > 0.0:
@@ -255,53 +237,57 @@ def _movers(rows, protos, rule, pt, s):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _movers_list(rows, protos, rule, pt, s, n_mv):  # OUT s.dfv, s.cand
+def _movers_list(F, GT, qcomp, qinv, g2, dfv, seedP, cand, mv_order, rule, pt,
+                 n_mv):  # OUT dfv, cand
     """The movers that are not seeds, with their β·D_F; returns their count."""
     n_cand = 0
-    mv_order, seedP, cand = protos.mv_order, s.seedP, s.cand
     for u in range(n_mv):
         q = mv_order[u]
         rep = False
         for kk in range(rule.n_keep):
             rep = rep or seedP[kk] == q
         if not rep:
-            _df_at(rows, protos, rule, pt, s, q)
+            _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, q)
             cand[n_cand] = q
             n_cand += 1
     return n_cand
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _next_list(rows, protos, rule, pt, s, stage, lo, hi, track):  # OUT s
+def _next_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
+               topD, mv_order, mv_delta, cross_min, E, rule, pt, m, stage, lo, hi,
+               track):  # OUT the buffers
     """The list after the current one: ``(n_cand, stage, thr, track, no_scan, stop)``.
 
     Stage 1 (the K smallest bounds were the seeds): every bound ≤ the K-th D.
-    Stage 0 (given seeds): the movers only if the previous bound allows it
+    Stage 0 (given seeds): the movers only if the previous bound ``E`` allows it
     (``no_scan``), else the own component's bounds (stage 2 follows when the
     component is not all). Stage 2: the other components, or ``stop`` when
     β·(the least D_F to them) alone exceeds the K-th D.
     """
-    m = protos.A.shape[0]
-    thr = s.topD[rule.n_keep - 1]
+    thr = topD[rule.n_keep - 1]
     if stage == 1:  # bounds already computed for all m
         n_cand = 0
-        cand, lbm = s.cand, s.lbm
         for jj in range(m):
             cand[n_cand] = jj
             n_cand += lbm[jj] <= thr
         return n_cand, 3, thr, track, False, False
     if stage == 0:
-        n_mv, bound = _movers(rows, protos, rule, pt, s)
+        n_mv, bound = _movers(E, topD[rule.n_nearest - 1], mv_delta, rule.margin, m)
         if n_mv >= 0:  # no bounds for this list: no re-filter
-            return _movers_list(rows, protos, rule, pt, s, n_mv), 3, -np.inf, bound, True, False
-        n_cand = _list_range(rows, protos, rule, pt, s, thr, 0, lo, hi)
+            n_cand = _movers_list(F, GT, qcomp, qinv, g2, dfv, seedP, cand, mv_order, rule, pt,
+                                  n_mv)
+            return n_cand, 3, -np.inf, bound, True, False
+        n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
+                             seedP, cand, rule, pt, thr, 0, lo, hi)
         return n_cand, (2 if (lo > 0 or hi < m) else 3), thr, track, False, False
-    cross = rule.beta * (0.5 * pt.pi + protos.cross_min[pt.ci]
-                         + (pt.f2i if rule.mode == 2 else 0.0))
+    cross = rule.beta * (0.5 * pt.pi + cross_min[pt.ci] + (pt.f2i if rule.mode == 2 else 0.0))
     if cross * (1.0 - rule.margin) > thr:
         return 0, 3, thr, track, False, True
-    n_cand = _list_range(rows, protos, rule, pt, s, thr, 0, 0, lo)
-    n_cand = _list_range(rows, protos, rule, pt, s, thr, n_cand, hi, m)
+    n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
+                         seedP, cand, rule, pt, thr, 0, 0, lo)
+    n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
+                         seedP, cand, rule, pt, thr, n_cand, hi, m)
     return n_cand, 3, thr, track, False, False
 
 
@@ -318,38 +304,24 @@ def _refilter(cand, lbm, t, n_cand, thr):  # OUT cand[t:]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
-    """Exact distances for the candidate lists, one after the other;
-    ``(n_exact, track, no_scan, scanned_all)``."""
+def _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule, n_cand, thr,
+               track):  # OUT cand, topD, topJ, topE
+    """Exact distances for one candidate list (made with the threshold ``thr``);
+    ``(n_exact, track)``, ``track`` the bound on D_E of the pairs not kept."""
     K = rule.n_keep
-    m = protos.A.shape[0]
-    A, perm, margin = protos.A, protos.perm, rule.margin  # the hot loop reads locals
-    xi64, dfv, topD, topJ, topE, cand = s.xi64, s.dfv, s.topD, s.topJ, s.topE, s.cand
+    m = A.shape[0]
+    margin = rule.margin
     t = 0
     n_exact = 0
-    thr = -np.inf  # the threshold the current list was made with (seeds: none)
-    track = np.inf  # rows not scanned: their bound on D_E outside the kept ones
-    no_scan = False
-    stop = False
-    while True:
-        if t >= n_cand:  # the list is done: the next one, or stop
-            if stage == 3:
-                break
-            n_cand, stage, thr, track, no_scan, stop = _next_list(rows, protos, rule, pt, s,
-                                                                  stage, lo, hi, track)
-            t = 0
-            if stop:
-                break
-            continue
+    while t < n_cand:
         if rule.pruned and t >= 32 and (t & (t - 1)) == 0 and topD[K - 1] < thr:
             # the K-th D has dropped since the list was made: drop the candidates left
             # whose bound now exceeds it (any threshold >= the final K-th D is safe)
             thr = topD[K - 1]
-            n_cand = _refilter(cand, s.lbm, t, n_cand, thr)
+            n_cand = _refilter(cand, lbm, t, n_cand, thr)
             if t >= n_cand:
-                continue
-        # the exact distance (the only call of _sqdist) and its place among the K
-        # nearest, written out here: an inlined call costs reference counts per pair
+                break
+        # the exact distance (the only call of _sqdist) and its place among the K nearest
         p = cand[t]
         j = perm[p]
         e = _sqdist(xi64, A, p)
@@ -362,19 +334,14 @@ def _scan(rows, protos, rule, pt, s, n_cand, stage, lo, hi):  # OUT s
         else:
             track = min(track, e * (1.0 - margin))
         t += 1
-    return n_exact, track, no_scan, not (no_scan or stop)
+    return n_exact, track
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _finish_row(rule, m, topD, topJ, topE, dfv, out, i, no_scan, scanned_all,
-                track):  # OUT out[i]
-    """The row's neighbours, kept prototypes and bound on D_E outside them.
-
-    Takes the arrays it reads, not the search's tuples: every array of a tuple
-    handed to an inlined helper costs reference counts per row.
-    """
+def _finish_row(rule, m, topD, topJ, topE, dfv, idx, dist, de, keep, low, i, no_scan,
+                scanned_all, track):  # OUT idx, dist, de, keep, low [i]
+    """The row's neighbours, kept prototypes and bound on D_E outside them."""
     K = rule.n_keep
-    idx, dist, de, keep, low = out.idx, out.dist, out.de, out.keep, out.low
     if no_scan:
         low[i] = track
     if rule.pruned and scanned_all and topD[K - 1] < np.inf:
@@ -394,52 +361,76 @@ def _finish_row(rule, m, topD, topJ, topE, dfv, out, i, no_scan, scanned_all,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _search_row(rows, protos, rule, s, out, i):  # OUT s, out[i]
-    """One row: its seeds, the scan and its outputs; returns the exact distances."""
-    m = protos.A.shape[0]
-    topD, topJ, topE, xi64, X = s.topD, s.topJ, s.topE, s.xi64, rows.X
-    for k in range(rule.n_keep):
-        topD[k] = np.inf
-        topJ[k] = m
-        topE[k] = np.inf
-    for k in range(X.shape[1]):
-        xi64[k] = X[i, k]
-    ci = rows.pcomp[i]
-    pt = _Point(i, ci, rows.pinv[i], rows.f2[i], rows.xtn[i] - rule.margin * rows.xn2[i],
-                rows.xperp[i])
-    n_cand, stage = _first_list(rows, protos, rule, pt, s)
-    lo = 0
-    hi = m
-    if protos.comp_lo.shape[0] > 0 and ci >= 0:  # grouped: the own component first
-        lo = protos.comp_lo[ci]
-        hi = protos.comp_hi[ci]
-    n_exact, track, no_scan, scanned_all = _scan(rows, protos, rule, pt, s, n_cand, stage, lo,
-                                                 hi)
-    _finish_row(rule, m, topD, topJ, topE, s.dfv, out, i, no_scan, scanned_all, track)
-    return n_exact
+def _skipped_row(idx, dist, de, keep, i):  # OUT idx, dist, de, keep [i]
+    """A row left out: no neighbours."""
+    for k in range(idx.shape[1]):
+        idx[i, k] = -1
+        dist[i, k] = np.inf
+        de[i, k] = np.inf
+    for k in range(keep.shape[1]):
+        keep[i, k] = -1
 
 
 @njit(cache=True, nogil=True)
 def neighbors_kernel(rows, protos, rule, out):  # OUT out
     """Every row of ``rows`` (ties and the outputs use the original prototype
-    indices; ``seeds`` are positions); returns the number of exact D_E."""
-    n, d = rows.X.shape
-    m = protos.A.shape[0]
+    indices; ``seeds`` are positions); returns the number of exact D_E.
+
+    The tuples are unpacked here, once per call; the loop hands plain arrays on.
+    """
+    X, skip, pcomp, pinv, F, f2 = rows.X, rows.skip, rows.pcomp, rows.pinv, rows.F, rows.f2
+    xt, xtn, xperp, xn2, seeds, prev_low = (rows.xt, rows.xtn, rows.xperp, rows.xn2, rows.seeds,
+                                            rows.prev_low)
+    A, qcomp, qinv, GT, g2, perm = (protos.A, protos.qcomp, protos.qinv, protos.GT, protos.g2,
+                                    protos.perm)
+    atT, atn, aperp, an2 = protos.atT, protos.atn, protos.aperp, protos.an2
+    comp_lo, comp_hi, cross_min = protos.comp_lo, protos.comp_hi, protos.cross_min
+    mv_order, mv_delta = protos.mv_order, protos.mv_delta
+    idx, dist, de, keep, low = out.idx, out.dist, out.de, out.keep, out.low
+    n, d = X.shape
+    m = A.shape[0]
     K = rule.n_keep
-    s = _Scratch(np.empty(K), np.empty(K, np.int64), np.empty(K), np.empty(K),
-                 np.empty(K, np.int64), np.empty(K), np.empty(K, np.int64), np.empty(d),
-                 np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64))
+    grouped = comp_lo.shape[0] > 0
+    # the row's buffers: the K nearest so far (D, index, D_E), the seeds, the row in
+    # float64, and per prototype f·g, β·D_F, x̃·ã, the bound and the candidate list
+    topD, topJ, topE = np.empty(K), np.empty(K, np.int64), np.empty(K)
+    seedD, seedJ, seedE, seedP = np.empty(K), np.empty(K, np.int64), np.empty(K), \
+        np.empty(K, np.int64)
+    xi64 = np.empty(d)
+    fg, dfv, xa, lbm, cand = np.empty(m), np.empty(m), np.empty(m), np.empty(m), \
+        np.empty(m, np.int64)
     n_exact = 0
-    skip, low, idx, dist, de, keep = rows.skip, out.low, out.idx, out.dist, out.de, out.keep
     for i in range(n):
         low[i] = -np.inf
         if skip[i]:
-            for k in range(rule.n_nearest):
-                idx[i, k] = -1
-                dist[i, k] = np.inf
-                de[i, k] = np.inf
-            for k in range(K):
-                keep[i, k] = -1
+            _skipped_row(idx, dist, de, keep, i)
             continue
-        n_exact += _search_row(rows, protos, rule, s, out, i)
+        for k in range(K):
+            topD[k] = np.inf
+            topJ[k] = m
+            topE[k] = np.inf
+        for k in range(d):
+            xi64[k] = X[i, k]
+        ci = pcomp[i]
+        pt = _Point(i, ci, pinv[i], f2[i], xtn[i] - rule.margin * xn2[i], xperp[i])
+        n_cand, stage = _first_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv,
+                                    xa, lbm, seedP, cand, seeds, seedD, seedJ, seedE, rule, pt, m)
+        lo, hi = 0, m
+        if grouped and ci >= 0:  # grouped: the own component first
+            lo, hi = comp_lo[ci], comp_hi[ci]
+        thr, track, no_scan, stop = -np.inf, np.inf, False, False
+        while True:  # the lists, one after the other
+            ne, track = _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule,
+                                   n_cand, thr, track)
+            n_exact += ne
+            if stage == 3:
+                break
+            n_cand, stage, thr, track, no_scan, stop = _next_list(
+                F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
+                topD, mv_order, mv_delta, cross_min, prev_low[i], rule, pt, m, stage, lo, hi,
+                track)
+            if stop:
+                break
+        _finish_row(rule, m, topD, topJ, topE, dfv, idx, dist, de, keep, low, i, no_scan,
+                    not (no_scan or stop), track)
     return n_exact
