@@ -2,8 +2,6 @@
 
 import logging
 import os
-import threading
-import time
 
 import dask
 import numpy as np
@@ -129,48 +127,64 @@ def _cluster(trim_memory=False, **kw):
                             dashboard_address=None, silence_logs=logging.ERROR, **kw)
 
 
+def _install_kill_switch(flag):
+    """In a worker process: the Lloyd chunk step kills its own process (SIGKILL, no
+    clean-up) the first time it runs while ``flag`` exists; the flag is taken by an
+    atomic rename, so exactly one task of the cluster does it.  Patched where the
+    task looks the name up (``dqkm.parallel.lloyd._partials``, read at call time)."""
+    import dqkm.parallel.lloyd as lloyd
+
+    real = lloyd._partials
+
+    def partials(*args, **kwargs):
+        if os.path.exists(flag):
+            taken = f"{flag}.{os.getpid()}"
+            try:
+                os.rename(flag, taken)
+            except FileNotFoundError:  # another worker's task took it
+                pass
+            else:
+                os.kill(os.getpid(), 9)
+        return real(*args, **kwargs)
+
+    lloyd._partials = partials
+
+
 @pytest.mark.parametrize("persist", [False, True])
 def test_killed_worker_does_not_change_the_result(tmp_path, persist):
+    """A worker is killed inside a chunk task of the pass after iteration 3: the
+    callback arms the switch between passes, the first task of the next pass that
+    sees it kills its own worker.  The fit ends with the uninterrupted result."""
     from distributed import Client
 
     Xz, _ = datasets.make_blobs(40_000, 8, 6, cluster_std=2.0, chunks=4000, random_state=0,
                                 path=tmp_path / "d.zarr")
     init = Xz[:6].compute()
     reference = dqkm.KMeans(6, init=init, max_iter=15, tol=0).fit(Xz)
+    flag = str(tmp_path / "kill-now")
     with _cluster() as cluster, Client(cluster) as client:
-        victim = sorted(client.scheduler_info()["workers"])[0]
-        killed = {}
+        pids = set(client.run(os.getpid).values())
+        client.run(_install_kill_switch, flag)
 
-        def kill_soon(rec, centers):
+        def arm_after_third(rec, centers):
             if rec["iteration"] == 3:
-                def kill():
-                    time.sleep(0.02)  # during the next pass
-                    killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
-                    os.kill(killed["pid"], 9)
-                threading.Thread(target=kill).start()
+                open(flag, "w").close()
 
         km = dqkm.KMeans(6, init=init, max_iter=15, tol=0, persist=persist).fit(
-            Xz, callback=kill_soon)
+            Xz, callback=arm_after_third)
         labels = km.labels_.compute()
-    assert "pid" in killed
+    killed = [int(f.name.rsplit(".", 1)[1]) for f in tmp_path.glob("kill-now.*")]
+    assert len(killed) == 1 and killed[0] in pids and not os.path.exists(flag)
     np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
     np.testing.assert_array_equal(labels, reference.labels_.compute())
     assert km.inertia_ == reference.inertia_
 
 
-def _peak_rss_sampler(client, stop, peaks):
-    import psutil
+def _peak_rss():
+    """This process's peak resident set size in bytes (Linux reports KiB)."""
+    import resource
 
-    def rss():
-        return psutil.Process().memory_info().rss
-
-    while not stop.is_set():
-        try:
-            for w, v in client.run(rss).items():
-                peaks[w] = max(peaks.get(w, 0), v)
-        except Exception:
-            pass
-        time.sleep(0.25)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
@@ -202,17 +216,13 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
         clone(est).set_params(persist=True).fit(Xz[:4000].compute())
     with _cluster(trim_memory=True, memory_limit=limit) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
-        peaks, stop = {}, threading.Event()
-        sampler = threading.Thread(target=_peak_rss_sampler, args=(client, stop, peaks))
-        sampler.start()
-        try:
-            for est in estimators:
-                est.fit(Xz)
-                assert np.isfinite(est.inertia_)
-        finally:
-            stop.set()
-            sampler.join()
+        for est in estimators:
+            est.fit(Xz)
+            assert np.isfinite(est.inertia_)
         assert client.run(os.getpid) == pids, "a worker was restarted"
+        # each worker's own high-water mark: exact, no sampling (a worker not restarted
+        # is the process that ran every task)
+        peaks = client.run(_peak_rss)
     peak = max(peaks.values()) / 2**20
     record_property("peak_worker_rss_mb", round(peak))
     print(f"\nout-of-core: {Xz.nbytes / 2**30:.2f} GiB on 2 x {limit / 2**20:.0f} MiB; "
