@@ -27,6 +27,12 @@ def km64(digits):
     return dqkm.KMeans(64, max_iter=20, random_state=0).fit(digits)
 
 
+@pytest.fixture(scope="module")
+def qk16(digits):
+    """One QK-means fit shared by the save/load cases (each used to fit its own, the same)."""
+    return dqkm.QKMeans(16, max_iter=3, random_state=0).fit(digits.astype(np.float32))
+
+
 def _sklearn_features(U, X, gamma):
     """sklearn's Nystroem formula on given landmarks (its fit permutes the rows of U;
     Φ·Φᵀ does not depend on that order)."""
@@ -284,12 +290,12 @@ def test_nystroem_block_in_pieces_equals_the_formula(monkeypatch, dtype, kernel)
 
 @pytest.mark.parametrize("kind", ["qkmeans", "kmeans", "uniform", "hadamard", "factors"])
 @pytest.mark.parametrize("ext", [".npz", ".zarr"])
-def test_save_load_roundtrip(tmp_path, digits, km64, kind, ext):
+def test_save_load_roundtrip(tmp_path, digits, km64, qk16, kind, ext):
     """dqkm.save/load: the reloaded transformer gives the same features bit for bit,
     with the same kind of landmark operator (sparse factors stay factors)."""
     X = digits.astype(np.float32)
     if kind in ("qkmeans", "factors"):
-        qk = dqkm.QKMeans(16, max_iter=3, random_state=0).fit(X)
+        qk = qk16
         landmarks = qk if kind == "qkmeans" else qk.factors_
     else:
         landmarks = {"kmeans": km64, "uniform": "uniform", "hadamard": "hadamard"}[kind]
