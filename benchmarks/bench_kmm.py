@@ -289,6 +289,7 @@ def _run(args):
         compare(f"Digits n = 1797, d = 64, c = 10, m = 134, {args.max_iter} outer iterations",
                 X, y, 10, args.max_iter, ref_threads=args.reference_blas_threads)
         outliers(2_000 if args.quick else 10_000, args.max_iter)
+        search_table(n=10_000 if args.quick else 20_000)
 
 
 if __name__ == "__main__":
