@@ -65,14 +65,19 @@ def _check(nb):
     return text
 
 
+# Both executions run on 5000 rows: what they check (the widgets, the log lines, the
+# plots, the monotone objective) does not depend on the data's size.
+N_SAMPLES = 5_000
+
+
 def test_monitoring_notebook_small_mode(tmp_path, monkeypatch):
-    nb = _execute(tmp_path, monkeypatch, small=True)
+    nb = _execute(tmp_path, monkeypatch, small=True, n_samples=N_SAMPLES)
     _check(nb)
     assert _widget_views(nb, "qk.fit(") == 2  # verbose=1: no per-pass bars
 
 
 def test_monitoring_notebook_large_mode_on_reduced_data(tmp_path, monkeypatch):
-    nb = _execute(tmp_path, monkeypatch, small=False, n_samples=20_000)
+    nb = _execute(tmp_path, monkeypatch, small=False, n_samples=N_SAMPLES)
     text = _check(nb)
     assert "QKMeans run 1 iteration" in text  # the dqkm logger's INFO lines reach stderr
     # verbose=2: Dask's per-pass progress widgets are displayed too, beside the fit's own
