@@ -107,18 +107,17 @@ def test_a_truncated_chunk_file_is_an_error_not_garbage(tmp_path):
         zarr_reader.from_zarr(arr).compute()
 
 
-def test_dataset_generated_store_is_read_fast_on_a_local_cluster(tmp_path):
-    from distributed import Client, LocalCluster
-
+def test_dataset_generated_store_is_read_fast_on_a_local_cluster(tmp_path, dist_client):
+    """On the session's LocalCluster (2 worker processes; tests/conftest.py)."""
     from dqkm import datasets
 
-    X, _ = datasets.make_blobs(5000, 4, 3, chunks=1000, random_state=0, path=tmp_path / "b.zarr")
-    expected = X.compute()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster):
-        Xd = io.as_dask_array(tmp_path / "b.zarr")
-        assert any(name.startswith("zarr-read-") for name in _layers(Xd))
-        np.testing.assert_array_equal(Xd.compute(), expected)
+    with dask.config.set(scheduler="threads"):  # the store is written on the driver
+        X, _ = datasets.make_blobs(5000, 4, 3, chunks=1000, random_state=0,
+                                   path=tmp_path / "b.zarr")
+        expected = X.compute()
+    Xd = io.as_dask_array(tmp_path / "b.zarr")
+    assert any(name.startswith("zarr-read-") for name in _layers(Xd))
+    np.testing.assert_array_equal(Xd.compute(), expected)
 
 
 # ------------------------------------------------------------------ damaged chunks
