@@ -240,6 +240,16 @@ def save(model, path, *, overwrite=False):
     concurrent :func:`load` gets the old model or the new one; it replaces
     only a Zarr store or a dqkm ``.npz``, anything else raises ``StoreError``.
 
+    ``path`` may be an fsspec URL.  A ``file://`` URL is a local path and gets
+    the guarantees above.  Filesystems without atomic rename (``memory://``,
+    object stores) get what they allow: a ``.npz`` is put as one object (a
+    reader gets the old or the new one; ``overwrite=False`` uses the
+    filesystem's exclusive create, atomic where the backend makes it so); a
+    Zarr group is committed file by file with its root metadata as the commit
+    point, and :func:`load` checks the write id of every array, so that a
+    reader gets the old model, the new one, or a ``ModelFileError`` — never a
+    mix (see :mod:`dqkm.data.atomic`).
+
     Parameters
     ----------
     model : fitted dqkm estimator
