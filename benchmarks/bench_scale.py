@@ -128,12 +128,16 @@ def _run(args):
     sizes = [base, 2 * base, 4 * base]
     load = os.getloadavg()
     rows = []
+    small = np.random.default_rng(0).random((4000, D)).astype(np.float32)
+    for make in estimators(1).values():  # numba's disk cache, filled here on the driver:
+        with warnings.catch_warnings():  # the workers load it instead of compiling
+            warnings.simplefilter("ignore")
+            make().fit(small)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                memory_limit=args.memory_limit, silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:
-            small = np.random.default_rng(0).random((4000, D)).astype(np.float32)
-            for make in estimators(1).values():  # numba's disk cache, filled here
+            for make in estimators(1).values():  # every kernel loaded in the workers
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     make().fit(small)

@@ -248,7 +248,7 @@ def save(model, path, *, overwrite=False):
     Zarr group is committed file by file with its root metadata as the commit
     point, and :func:`load` checks the write id of every array, so that a
     reader gets the old model, the new one, or a ``ModelFileError`` — never a
-    mix (see :mod:`dqkm.data.atomic`).
+    mix (the module ``dqkm.data.atomic`` describes the protocol).
 
     Parameters
     ----------
