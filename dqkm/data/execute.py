@@ -132,17 +132,16 @@ def compute_settled(*objs):
 def _compute_distributed(client, objs):
     from distributed import wait
 
-    keys = set()
-    for obj in objs:
-        keys.update(obj.__dask_graph__().keys())
     futures = client.compute(list(objs))
     try:
         show_progress(futures)
         wait(futures)
         return tuple(client.gather(futures))
     except BaseException:
-        keys.update(f.key for f in futures)
         client.cancel(futures)
+        keys = {f.key for f in futures}
+        for obj in objs:  # the keys the workers run (fused tasks keep their output's)
+            keys.update(obj.__dask_graph__().keys())
         _wait_settled(client, keys, settle_timeout())
         raise
 
