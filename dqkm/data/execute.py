@@ -168,13 +168,13 @@ def _wait_settled(client, keys, timeout):
 
 # ---------------------------------------------------------------- threaded scheduler
 _ACTIVE: set = set()  # the pools of the threaded computations in progress
-_HOOK = {"installed": False}
 
 
 def _install_excepthook():
     """Chain a ``threading.excepthook`` that aborts the computations in progress when
-    a thread dies of a non-``Exception`` error (``KeyboardInterrupt``)."""
-    if _HOOK["installed"]:
+    a thread dies of a non-``Exception`` error (``KeyboardInterrupt``); again if
+    the hook was replaced since (pytest, for one, restores its own after a test)."""
+    if getattr(threading.excepthook, "_dqkm_settling", False):
         return
     previous = threading.excepthook
 
@@ -184,8 +184,8 @@ def _install_excepthook():
                 pool.abort(args.exc_value if args.exc_value is not None else args.exc_type())
         previous(args)
 
+    hook._dqkm_settling = True
     threading.excepthook = hook
-    _HOOK["installed"] = True
 
 
 class _SettlingPool(Executor):
