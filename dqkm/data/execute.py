@@ -139,26 +139,33 @@ def _compute_distributed(client, objs):
         return tuple(client.gather(futures))
     except BaseException:
         client.cancel(futures)
-        keys = {f.key for f in futures}
-        for obj in objs:  # the keys the workers run (fused tasks keep their output's)
-            keys.update(obj.__dask_graph__().keys())
-        _wait_settled(client, keys, settle_timeout())
+        tokens = {_token(f.key) for f in futures}
+        for obj in objs:  # the workers run fused tasks, named for a key of the graph
+            tokens.update(_token(k) for k in obj.__dask_graph__().keys())
+        _wait_settled(client, tokens, settle_timeout())
         raise
 
 
-def _running_keys(keys, dask_worker=None):
-    """The keys among ``keys`` of the tasks that occupy a thread of this worker
-    (cancelled ones included: a thread cannot be stopped)."""
-    return [ts.key for ts in dask_worker.state.all_running_tasks if ts.key in keys]
+def _token(key):
+    """The last ``-`` part of a key's name: what a task fused from it keeps (the graph's
+    ``("store-map-<token>", i)`` runs as ``("array-store-map-<token>", i)``)."""
+    name = key[0] if isinstance(key, tuple) else key
+    return str(name).rsplit("-", 1)[-1]
 
 
-def _wait_settled(client, keys, timeout):
-    """Return once no worker runs a task whose key is in ``keys``, or after ``timeout``
-    seconds; a worker that does not answer counts as settled."""
+def _running_keys(tokens, dask_worker=None):
+    """The keys of the tasks that occupy a thread of this worker (cancelled ones
+    included: a thread cannot be stopped) whose name ends in one of ``tokens``."""
+    return [ts.key for ts in dask_worker.state.all_running_tasks if _token(ts.key) in tokens]
+
+
+def _wait_settled(client, tokens, timeout):
+    """Return once no worker runs a task whose name ends in one of ``tokens``, or
+    after ``timeout`` seconds; a worker that does not answer counts as settled."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            running = client.run(_running_keys, keys, on_error="return")
+            running = client.run(_running_keys, tokens, on_error="return")
         except Exception:  # noqa: BLE001 - the cluster is gone: nothing runs there
             return
         if not any(isinstance(v, list) and v for v in running.values()):
