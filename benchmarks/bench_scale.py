@@ -9,9 +9,12 @@ whole build, its clusterer's fit included), the peak worker RSS, whether a
 worker was restarted, and a refusal's message (a fit whose tasks cannot fit
 is refused with the memory it needs).  The machine's load average is
 recorded with the table, which replaces docs/benchmarks/scale.md with
-``--markdown``.
+``--markdown`` after every size (a run stopped early leaves the sizes it
+measured, and says so).  Numba's disk cache is filled on the driver first, so
+that the workers load the kernels instead of compiling them; a worker holding
+them all is about 450 MiB, hence the default memory limit.
 
-    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 550MiB] [--markdown]
+    .venv/bin/python benchmarks/bench_scale.py [--quick] [--memory-limit 600MiB] [--markdown]
 """
 
 from __future__ import annotations
@@ -110,12 +113,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="top size 1x the workers' memory")
     p.add_argument("--iters", type=int, default=3)
-    p.add_argument("--memory-limit", default="550MiB")
+    p.add_argument("--memory-limit", default="600MiB")
     add_markdown_option(p)
     args = p.parse_args()
-    text = _run(args)
-    if args.markdown:
-        write_page("scale", "Out-of-core scaling of every estimator", text, notes=NOTES)
+    _run(args)
 
 
 def _run(args):
@@ -128,12 +129,16 @@ def _run(args):
     sizes = [base, 2 * base, 4 * base]
     load = os.getloadavg()
     rows = []
+    small = np.random.default_rng(0).random((4000, D)).astype(np.float32)
+    for make in estimators(1).values():  # numba's disk cache, filled here on the driver:
+        with warnings.catch_warnings():  # the workers load it instead of compiling
+            warnings.simplefilter("ignore")
+            make().fit(small)
     with tempfile.TemporaryDirectory() as tmp:
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
                                memory_limit=args.memory_limit, silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:
-            small = np.random.default_rng(0).random((4000, D)).astype(np.float32)
-            for make in estimators(1).values():  # numba's disk cache, filled here
+            for make in estimators(1).values():  # every kernel loaded in the workers
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     make().fit(small)
@@ -149,19 +154,29 @@ def _run(args):
                           f"{per_iter:8.3f} s/it, peak RSS {peak:5.0f} MiB, restarted "
                           f"{restarted} {note}", flush=True)
                 shutil.rmtree(path)
+                # the page after every size: a run stopped early keeps what it measured
+                text = _table(args, total, load, rows, done=sizes.index(n) + 1)
+                if args.markdown:
+                    write_page("scale", "Out-of-core scaling of every estimator", text,
+                               notes=NOTES)
+    print("\n" + text)
+    return text
+
+
+def _table(args, total, load, rows, *, done):
     table = [f"2 workers × 1 thread × {args.memory_limit} (total {total / 2**20:.0f} MiB), "
              f"D = {D}, K = {K}, float32 blobs from Zarr, `persist=False`, {args.iters} "
              f"iterations; load average at the start {load[0]:.1f} / {load[1]:.1f} / "
-             f"{load[2]:.1f} (1 / 5 / 15 min).", "",
+             f"{load[2]:.1f} (1 / 5 / 15 min)."
+             + ("" if done == 3 else f" Sizes measured so far: {done} of 3 (the run goes on "
+                                     "or was stopped)."), "",
              "| estimator | N | data (MiB) | × workers' memory | s / iteration | "
              "peak worker RSS (MiB) | worker restarted | refused / failed |",
              "|---|---|---|---|---|---|---|---|"]
     for name, n, mb, pi, pk, rs, note in rows:
         table.append(f"| {name} | {n:,} | {mb:.0f} | {mb * 2**20 / total:.1f} | {pi:.3f} | "
                      f"{pk:.0f} | {rs} | {note.replace('|', '/')} |")
-    text = "\n".join(table)
-    print("\n" + text)
-    return text
+    return "\n".join(table)
 
 
 if __name__ == "__main__":

@@ -315,3 +315,160 @@ def test_load_refuses_damaged_files(tmp_path):
     zarr.open_group(str(tmp_path / "g.zarr"), mode="w").attrs["dqkm"] = {"format_version": 1}
     with pytest.raises(ModelFileError, match="g.zarr.*no estimator parameters"):
         dqkm.load(tmp_path / "g.zarr")
+
+
+# ------------------------------------------------------------- fsspec targets (item 3)
+@pytest.fixture
+def url_of(tmp_path):
+    """``url_of(kind, name)``: a fresh target URL on the memory filesystem or a
+    ``file://`` URL under tmp_path; ``url_of.listing(kind)`` lists its folder."""
+    import uuid
+
+    import fsspec
+
+    mem = fsspec.filesystem("memory")
+    root = f"/dqkm-test-{uuid.uuid4().hex[:8]}"
+
+    def url(kind, name):
+        return f"memory://{root}/{name}" if kind == "memory" else f"file://{tmp_path}/{name}"
+
+    def listing(kind):
+        if kind == "memory":
+            return sorted(p.rsplit("/", 1)[-1] for p in mem.ls(root, detail=False))
+        return sorted(os.listdir(tmp_path))
+
+    url.listing = listing
+    yield url
+    if mem.exists(root):
+        mem.rm(root, recursive=True)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+def test_fsspec_save_is_exclusive_and_replaces(url_of, two_models, kind, ext):
+    """dqkm.save to a memory:// or file:// URL: overwrite=False refuses an existing
+    model and keeps it, overwrite=True replaces it, and no hidden temporary entry
+    is left beside it."""
+    path = url_of(kind, f"m{ext}")
+    dqkm.save(two_models[0], path)
+    with pytest.raises(_atomic.TargetExistsError, match="already exists; pass overwrite=True"):
+        dqkm.save(two_models[1], path)
+    assert _same(dqkm.load(path), two_models[0])
+    dqkm.save(two_models[1], path, overwrite=True)
+    assert _same(dqkm.load(path), two_models[1])
+    assert url_of.listing(kind) == [f"m{ext}"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_fsspec_save_array_is_exclusive_and_replaces(url_of, kind):
+    """io.save_array to a memory:// or file:// URL follows the same rule."""
+    path = url_of(kind, "x.zarr")
+    X = _data(300)
+    io.save_array(da.from_array(X, chunks=(100, -1)), path)
+    with pytest.raises(_atomic.TargetExistsError, match="already exists"):
+        io.save_array(X + 1, path)
+    np.testing.assert_array_equal(io.as_dask_array(path).compute(), X)
+    io.save_array(da.from_array(X[:200] + 1, chunks=(50, -1)), path, overwrite=True)
+    np.testing.assert_array_equal(io.as_dask_array(path).compute(), X[:200] + 1)
+    assert url_of.listing(kind) == ["x.zarr"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+def test_fsspec_reader_gets_old_or_new_model_while_overwritten(url_of, two_models, kind, ext):
+    """A writer saves two models in turn to a URL with overwrite=True while a reader
+    loads: every load is one of the two models or a clear ModelFileError, never a
+    mix (memory://: the store is committed file by file, the write ids tell)."""
+    from dqkm.exceptions import ModelFileError as _ModelFileError
+
+    path = url_of(kind, f"m{ext}")
+    dqkm.save(two_models[0], path)
+    done = threading.Event()
+    problems, loads = [], []
+
+    def writer():
+        try:
+            for i in range(40):
+                dqkm.save(two_models[i % 2], path, overwrite=True)
+        finally:
+            done.set()
+
+    def reader():
+        tries = 0
+        while not done.is_set() or (len(loads) < 10 and tries < 200):
+            tries += 1
+            try:
+                m = dqkm.load(path)
+            except _ModelFileError:
+                continue  # a clear error while the store is committed
+            except Exception as e:  # noqa: BLE001 - recorded, asserted below
+                problems.append(repr(e))
+                continue
+            loads.append(m)
+            if not any(_same(m, ref) for ref in two_models):
+                problems.append(f"mixed model: k={m.n_clusters}, labels {m.labels_.shape}")
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert problems == [] and len(loads) >= 10
+    assert url_of.listing(kind) == [f"m{ext}"]
+
+
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+def test_racing_new_saves_to_a_file_url_exactly_one_wins(tmp_path, url_of, two_models, ext):
+    """A file:// URL gets the local guarantees: of writers racing for a new path with
+    overwrite=False exactly one succeeds."""
+    for round_ in range(3):
+        path = url_of("file", f"r{round_}{ext}")
+        barrier = threading.Barrier(4)
+        won, refused = [], []
+
+        def save(i):
+            barrier.wait()
+            try:
+                dqkm.save(two_models[i % 2], path)
+                won.append(i)
+            except FileExistsError as e:
+                refused.append(str(e))
+
+        threads = [threading.Thread(target=save, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1 and len(refused) == 3
+        assert _same(dqkm.load(path), two_models[won[0] % 2])
+    assert _leftovers(tmp_path) == []
+
+
+def test_fsspec_overwrite_refuses_what_dqkm_did_not_write(url_of, two_models):
+    """overwrite=True on a memory:// URL replaces only a dqkm model or Zarr store."""
+    import fsspec
+
+    path = url_of("memory", "notes.npz")
+    with fsspec.open(path, "wb") as f:
+        f.write(b"not a model")
+    with pytest.raises(StoreError, match="not a Zarr store or dqkm model file"):
+        dqkm.save(two_models[0], path, overwrite=True)
+    assert fsspec.filesystem("memory").cat_file(path.split("://")[1]) == b"not a model"
+
+
+@pytest.mark.parametrize("ext", [".npz", ".zarr"])
+def test_interrupted_fsspec_commit_leaves_nothing(url_of, two_models, ext, monkeypatch):
+    """KeyboardInterrupt while a new model is moved into place on memory://: neither
+    the temporary name nor a partial model is left."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    path = url_of("memory", f"m{ext}")
+    dqkm.save(two_models[0], url_of("memory", "keep.zarr"))
+    monkeypatch.setattr(MemoryFileSystem, "pipe_file" if ext == ".npz" else "mv", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dqkm.save(two_models[1], path)
+    monkeypatch.undo()
+    assert url_of.listing("memory") == ["keep.zarr"]

@@ -19,8 +19,23 @@ A store or model is written under a hidden temporary name beside its target,
 
 The temporary name is removed on any exception, ``KeyboardInterrupt``
 included, also when a second interrupt lands during that removal.
-Remote (fsspec) targets are written the same way but moved without these
-guarantees (object stores have no atomic rename).
+A ``file://`` URL is a local path and gets the guarantees above.  Other
+fsspec filesystems (``memory://``, object stores such as ``s3://``) have no
+atomic rename; there the write goes under the temporary name too and is then
+committed by :func:`commit_remote`:
+
+* a single file (``.npz``) is put in one write of one object: a reader finds
+  the old or the new file.  ``overwrite=False`` uses the filesystem's
+  exclusive create (``pipe_file(..., mode="create")``), which is atomic where
+  the backend makes it so (the memory filesystem within one process, object
+  stores with conditional writes) and a check-then-write elsewhere;
+* a Zarr store is moved file by file with its root ``zarr.json`` as the commit
+  point (created exclusively for a new target, written last when replacing).
+  A dqkm model carries a write id in its root and in every array, so that
+  :func:`dqkm.load` reading it meanwhile retries and then gets the old model,
+  the new one, or a clear error; a data store read while it is being replaced
+  there may mix the two, and a replacement interrupted midway leaves a store
+  that a model load refuses (write ids differ) — the old store is not kept.
 """
 
 from __future__ import annotations
@@ -120,12 +135,16 @@ class AtomicTarget:
         self.path = str(path)
         self.overwrite = overwrite
         self.url = isinstance(path, str) and "://" in path
+        self.fs, self.fpath = None, None
         if self.url:
             import fsspec
+            from fsspec.implementations.local import LocalFileSystem
 
             self.fs, self.fpath = fsspec.core.url_to_fs(self.path)
-        else:
-            self.fs, self.fpath = None, os.path.abspath(self.path)
+            if isinstance(self.fs, LocalFileSystem):  # file://: the local guarantees
+                self.url, self.fs = False, None
+        if not self.url:
+            self.fpath = os.path.abspath(self.fpath or self.path)
         parent, name = os.path.split(self.fpath.rstrip("/"))
         self.tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex[:8]}"
 
@@ -139,6 +158,10 @@ class AtomicTarget:
                        self.fs.exists)
         else:
             remove_all(paths)
+
+    def open_tmp(self, mode="wb"):
+        """The temporary name opened as a file (a single-file target, e.g. ``.npz``)."""
+        return self.fs.open(self.tmp, mode) if self.url else open(self.tmp, mode)
 
     @property
     def tmp_url(self):
@@ -160,8 +183,10 @@ class AtomicTarget:
             return
         if not self.overwrite:
             raise self._exists_error()
-        if not self.url and not is_replaceable(self.fpath):
-            kind = "directory" if os.path.isdir(self.fpath) else "file"
+        if not (_remote_replaceable(self.fs, self.fpath) if self.url
+                else is_replaceable(self.fpath)):
+            kind = "directory" if (self.fs.isdir(self.fpath) if self.url
+                                   else os.path.isdir(self.fpath)) else "file"
             raise StoreError(f"overwrite=True would replace {self.path!r}, a {kind} that is "
                              "not a Zarr store or dqkm model file; dqkm replaces only what it "
                              "wrote. Choose another path, or remove it yourself first.")
@@ -187,16 +212,10 @@ class AtomicTarget:
         return False
 
     def _commit_url(self):
-        old = None
-        if self.exists(self.fpath):
-            old = f"{self.tmp}.old"
-            self.fs.mv(self.fpath, old, recursive=True)
-        try:
-            self.fs.mv(self.tmp, self.fpath, recursive=True)
-        except BaseException:
-            if old is not None:
-                self.fs.mv(old, self.fpath, recursive=True)
-            raise
+        """Put :attr:`tmp` in place on a filesystem without atomic rename (see
+        :func:`commit_remote`)."""
+        commit_remote(self.fs, self.tmp, self.fpath, overwrite=self.overwrite,
+                      exists_error=self._exists_error)
 
     def _commit_local(self):
         is_dir = os.path.isdir(self.tmp)
@@ -241,3 +260,73 @@ class AtomicTarget:
             except OSError:
                 pass
             raise
+
+
+# ----------------------------------------------------------------- remote (fsspec)
+def _remote_replaceable(fs, path) -> bool:
+    """:func:`is_replaceable` on an fsspec filesystem."""
+    if fs.isdir(path):
+        return any(fs.isfile(f"{path}/{m}") for m in ("zarr.json", ".zgroup", ".zarray"))
+    if fs.isfile(path) and str(path).endswith(".npz"):
+        try:
+            with fs.open(path, "rb") as f, zipfile.ZipFile(f) as z:
+                return "__header__.npy" in z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return False
+    return False
+
+
+def _put(fs, path, data, *, exclusive, exists_error):
+    """Write ``data`` as the object ``path`` in one call (``mode="create"`` if
+    ``exclusive``: the filesystem's exclusive create)."""
+    try:
+        fs.pipe_file(path, data, mode="create" if exclusive else "overwrite")
+    except FileExistsError:
+        raise exists_error() from None
+
+
+def commit_remote(fs, tmp, target, *, overwrite, exists_error):
+    """Move the file or Zarr store written at ``tmp`` to ``target`` on ``fs``, an
+    fsspec filesystem without atomic rename (memory, object stores).
+
+    A file is written in one ``pipe_file`` (one object: a reader finds the old
+    or the new one); a new target uses the filesystem's exclusive create.  A
+    Zarr store is moved file by file so that its root ``zarr.json`` is the
+    commit point: a new target is claimed by creating that file exclusively
+    (before the arrays follow), an existing one gets every array's metadata
+    before its chunks, loses the files the new store lacks, and gets its root
+    metadata last.  A dqkm model's write id, in the root and in every array,
+    lets :func:`dqkm.load` tell a store in the middle of this from a whole one.
+    """
+    if fs.isfile(tmp):
+        _put(fs, target, fs.cat_file(tmp), exclusive=not overwrite, exists_error=exists_error)
+        return
+    tmp = tmp.rstrip("/")
+    rel = sorted(f[len(tmp) + 1:] for f in fs.find(tmp))
+    root = "zarr.json" if "zarr.json" in rel else ".zgroup" if ".zgroup" in rel else None
+    if root is None:
+        raise StoreError(f"{tmp!r} holds no Zarr metadata at its top; nothing was written "
+                         f"to {target!r}.")
+    # each array's metadata before its chunks; the root last (or, claiming, first)
+    ordered = sorted((r for r in rel if r != root),
+                     key=lambda r: (not r.endswith(("zarr.json", ".zarray", ".zattrs")), r))
+    fresh = not fs.exists(target)
+    if fresh or not overwrite:
+        _put(fs, f"{target}/{root}", fs.cat_file(f"{tmp}/{root}"), exclusive=True,
+             exists_error=exists_error)
+        try:
+            for r in ordered:
+                fs.mv(f"{tmp}/{r}", f"{target}/{r}")
+        except BaseException:
+            # the target was claimed by this write: nobody else wrote there
+            remove_all([target], lambda p: fs.exists(p) and fs.rm(p, recursive=True),
+                       fs.exists)
+            raise
+        return
+    old = {f[len(target.rstrip('/')) + 1:] for f in fs.find(target)}
+    for r in ordered:
+        fs.mv(f"{tmp}/{r}", f"{target}/{r}")
+    stale = sorted(old - set(rel) - {root})
+    if stale:
+        fs.rm([f"{target}/{r}" for r in stale])
+    fs.mv(f"{tmp}/{root}", f"{target}/{root}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import io
 import json
 import os
 import time
@@ -239,6 +240,16 @@ def save(model, path, *, overwrite=False):
     concurrent :func:`load` gets the old model or the new one; it replaces
     only a Zarr store or a dqkm ``.npz``, anything else raises ``StoreError``.
 
+    ``path`` may be an fsspec URL.  A ``file://`` URL is a local path and gets
+    the guarantees above.  Filesystems without atomic rename (``memory://``,
+    object stores) get what they allow: a ``.npz`` is put as one object (a
+    reader gets the old or the new one; ``overwrite=False`` uses the
+    filesystem's exclusive create, atomic where the backend makes it so); a
+    Zarr group is committed file by file with its root metadata as the commit
+    point, and :func:`load` checks the write id of every array, so that a
+    reader gets the old model, the new one, or a ``ModelFileError`` — never a
+    mix (the module ``dqkm.data.atomic`` describes the protocol).
+
     Parameters
     ----------
     model : fitted dqkm estimator
@@ -278,7 +289,7 @@ def save(model, path, *, overwrite=False):
               "arrays": sorted(arrays)}
     if str(path).endswith(".npz"):
         with AtomicTarget(path, overwrite) as t:
-            with open(t.tmp, "wb") as f:
+            with t.open_tmp("wb") as f:
                 np.savez(f, __header__=np.frombuffer(json.dumps(header).encode(), np.uint8),
                          **arrays)
         return path
@@ -295,7 +306,13 @@ class _ChangedWhileReading(Exception):
 
 
 def _read_npz(path):
-    with np.load(str(path), allow_pickle=False) as f:
+    if is_url(path):  # one read of the whole object (it is replaced as a whole)
+        import fsspec
+
+        with fsspec.open(str(path), "rb") as f:
+            path = io.BytesIO(f.read())
+    with np.load(path if isinstance(path, io.BytesIO) else str(path),
+                 allow_pickle=False) as f:
         if "__header__" not in f.files:
             raise ModelFileError(f"{str(path)!r} is a .npz archive but not a dqkm model (no "
                                  "'__header__' entry).")
@@ -309,6 +326,15 @@ def _current_write_id(path):
         return dict(zarr.open_group(str(path), mode="r").attrs.get("dqkm", {})).get("write_id")
     except Exception:  # noqa: BLE001 - being replaced: no id now
         return None
+
+
+def _arrays_carry(path, write_id):
+    """Whether every array of the group at ``path`` carries ``write_id`` now."""
+    try:
+        return all(a.attrs.get(_WRITE_ID) == write_id
+                   for _, a in zarr.open_group(str(path), mode="r").arrays())
+    except Exception:  # noqa: BLE001 - being replaced: not now
+        return False
 
 
 def _read_zarr(path):
@@ -328,8 +354,11 @@ def _read_zarr(path):
         if write_id is not None and _current_write_id(path) != write_id:
             raise _ChangedWhileReading(path) from None
         raise
-    # every save has its own id: the same id after reading means no save came between
-    if write_id is not None and _current_write_id(path) != write_id:
+    # every save has its own id: the same id after reading, in the root and in every
+    # array, means no save came between (a store committed file by file, on a
+    # filesystem without atomic rename, changes its arrays' metadata first)
+    if write_id is not None and (_current_write_id(path) != write_id
+                                 or not _arrays_carry(path, write_id)):
         raise _ChangedWhileReading(path)
     return header, arrays
 
