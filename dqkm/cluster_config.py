@@ -582,7 +582,7 @@ class ClusterClient(Client):
     Examples
     --------
     >>> from distributed import LocalCluster
-    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
     >>> with ClusterClient(cluster, owned_cluster=cluster) as client:
     ...     client.submit(sum, [1, 2]).result()
     3
@@ -619,7 +619,7 @@ class ClusterClient(Client):
         Examples
         --------
         >>> from distributed import LocalCluster
-        >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+        >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
         >>> ClusterClient(cluster, owned_cluster=cluster).close()
         >>> cluster.status.name
         'closed'
