@@ -175,7 +175,9 @@ def _run(args):
         n, d, k, copies, max_iter, repeat = 200_000, 100_000, 20, 20, 30, 2
     n, d, copies = args.n or n, args.d or d, args.copies or copies
     dims = (64, 256, 1024)
-    print(f"dqkm SE benchmark ({'quick' if args.quick else 'full'}): dask threads, "
+    size = "sizes from the command line" if (args.n or args.d or args.copies) else \
+        "quick" if args.quick else "full"
+    print(f"dqkm SE benchmark ({size}): dask threads, "
           f"{dqkm.parallel.engine.cpu_count()} cores")
 
     # compile / load every numba kernel once (dense and CSR, float32) before timing
