@@ -640,6 +640,10 @@ class SparseFactors:
         path : str, path-like or binary file object
             A filename (used as given, no suffix added) or a binary file.
 
+        Returns
+        -------
+        None
+
         Examples
         --------
         >>> import io
