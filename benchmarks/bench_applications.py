@@ -46,7 +46,12 @@ from _report import (add_markdown_option, capture_stdout,  # noqa: E402
 NOTES = ("Query throughput of ClusterIndex(KMeans), ClusterIndex(QKMeans) and scikit-learn's "
          'brute-force NearestNeighbors on the same queries, with recall@1 against the exact '
          "neighbour; FactorNystroem transform time with dense K-means landmarks and QK-means's "
-         'sparse factors. Ratios are measured side by side in one run.')
+         'sparse factors. Ratios are measured side by side in one run.'
+         " With `--centers digits` the blobs' centres are scikit-learn's 8×8 digits upsampled "
+         "to `--d` pixels (centroids that compress). The sizes are on the command line: at "
+         "small K and D the dense K×D product is already cheap and the factored assignment "
+         "gains little or nothing; its advantage grows with K and D "
+         "([Choosing an algorithm](../user_guide/choosing.md)).")
 
 
 def best_time(f, repeat=2):

@@ -4,7 +4,7 @@ Liu, Shen & Tsang (2017), Figs. 1-3: embedding time, clustering time and
 accuracy by target dimension d̃; plus the ε-approximation factor
 ‖X̂ − DDᵀX̂‖² / ‖X − DDᵀX‖² for the partition D of full K-means.
 
-    .venv/bin/python benchmarks/bench_sekmeans.py [--quick]
+    .venv/bin/python benchmarks/bench_sekmeans.py [--quick] [--n N] [--d D] [--copies C]
 
 Data: tf-idf-like sparse blobs (``dqkm.sparse.make_sparse_blobs``, n = 200k,
 d = 100k, density 0.1 %, CSR chunks, persisted in memory) and dense
@@ -153,6 +153,11 @@ def digits_like(n_copies, seed=0):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    p.add_argument("--n", type=int, help="rows of the sparse blobs (default 200,000; quick 20,000)")
+    p.add_argument("--d", type=int, help="columns of the sparse blobs (default 100,000; quick "
+                                         "20,000)")
+    p.add_argument("--copies", type=int, help="noisy copies of the 1797 digits in the dense "
+                                              "data (default 20; quick 4)")
     add_markdown_option(p)
     args = p.parse_args()
     with capture_stdout() as out:
@@ -168,8 +173,11 @@ def _run(args):
         n, d, k, copies, max_iter, repeat = 20_000, 20_000, 10, 4, 20, 1
     else:
         n, d, k, copies, max_iter, repeat = 200_000, 100_000, 20, 20, 30, 2
+    n, d, copies = args.n or n, args.d or d, args.copies or copies
     dims = (64, 256, 1024)
-    print(f"dqkm SE benchmark ({'quick' if args.quick else 'full'}): dask threads, "
+    size = "sizes from the command line" if (args.n or args.d or args.copies) else \
+        "quick" if args.quick else "full"
+    print(f"dqkm SE benchmark ({size}): dask threads, "
           f"{dqkm.parallel.engine.cpu_count()} cores")
 
     # compile / load every numba kernel once (dense and CSR, float32) before timing

@@ -92,7 +92,18 @@ def _render_results(app):
     render.write_page(os.path.join(HERE, "reproducing", "results.md"))
 
 
+def _render_gallery(app):
+    """Run ``examples/gallery/*.py`` and write ``examples/*.md`` before reading."""
+    sys.path.insert(0, HERE)
+    try:
+        import gallery
+    finally:
+        sys.path.pop(0)
+    gallery.write_pages()
+
+
 def setup(app):
     app.connect("builder-inited", _render_results)
+    app.connect("builder-inited", _render_gallery)
     app.connect("source-read", _architecture)
     app.connect("autodoc-skip-member", _skip_member)

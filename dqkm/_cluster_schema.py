@@ -289,6 +289,16 @@ def validate_config(raw, source="<dict>"):
         ``ValueError`` and a :class:`dqkm.exceptions.DqkmError`).
     ConfigTypeError
         A value of the wrong type (a ``TypeError`` and a ``DqkmError``).
+
+    Examples
+    --------
+    >>> cfg = validate_config({"backend": "local", "local": {"n_workers": 2}})
+    >>> cfg["local"]["n_workers"], cfg["local"]["threads_per_worker"], cfg["security"]
+    (2, None, None)
+    >>> validate_config({"backend": "local", "local": {"n_workerz": 2}})
+    Traceback (most recent call last):
+    ...
+    dqkm._cluster_schema.ConfigError: <dict>: unknown key 'n_workerz' in section 'local'; ...
     """
     if not isinstance(raw, dict):
         raise ConfigTypeError(f"{source}: a cluster config must be a mapping with a 'backend' "

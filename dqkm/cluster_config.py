@@ -59,7 +59,18 @@ CONFIG_DIR = Path(__file__).resolve().parent / "cluster_configs"
 
 # --------------------------------------------------------------------------- loading
 def available_configs():
-    """Names of the configs shipped in :data:`CONFIG_DIR` (e.g. ``'local'``)."""
+    """Names of the configs shipped in :data:`CONFIG_DIR` (e.g. ``'local'``).
+
+    Returns
+    -------
+    list of str
+        Sorted names, each accepted by :func:`load_config` and :func:`get_client`.
+
+    Examples
+    --------
+    >>> "local" in available_configs()
+    True
+    """
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
@@ -178,6 +189,35 @@ def build_security(security):
     Scheduler and worker certificates default to the client's, so one
     certificate signed by ``tls_ca_file`` is enough for a private cluster.
     Every file must exist (checked here, so the error names the key).
+
+    Parameters
+    ----------
+    security : dict
+        The ``security`` section of a config from :func:`load_config`.
+
+    Returns
+    -------
+    distributed.security.Security
+        For the cluster and the client.
+
+    Raises
+    ------
+    ConfigFileNotFoundError
+        A ``tls_*`` key names a path that is not a file.
+
+    Examples
+    --------
+    >>> import os, shutil, tempfile
+    >>> tmp = tempfile.mkdtemp()
+    >>> files = {k: os.path.join(tmp, k + ".pem")
+    ...          for k in ("tls_ca_file", "tls_client_cert", "tls_client_key")}
+    >>> for path in files.values():
+    ...     open(path, "w").close()  # stand-ins: only their existence is checked here
+    >>> cfg = load_config("local", overrides={"security": files})
+    >>> sec = build_security(cfg["security"])
+    >>> sec.require_encryption, sec.tls_worker_cert == files["tls_client_cert"]
+    (True, True)
+    >>> shutil.rmtree(tmp)
     """
     from distributed.security import Security
 
@@ -190,6 +230,31 @@ def security_dask_config(security):
     Processes that build their ``Security()`` from the config, like the
     scheduler and workers SSHCluster starts on remote hosts (it forwards the
     config it was started with), then use these certificates.
+
+    Parameters
+    ----------
+    security : dict
+        The ``security`` section of a config from :func:`load_config`.
+
+    Returns
+    -------
+    dict
+        ``distributed.comm.require-encryption`` and one
+        ``distributed.comm.tls.*`` value per certificate or key file.
+
+    Examples
+    --------
+    >>> import os, shutil, tempfile
+    >>> tmp = tempfile.mkdtemp()
+    >>> files = {k: os.path.join(tmp, k + ".pem")
+    ...          for k in ("tls_ca_file", "tls_client_cert", "tls_client_key")}
+    >>> for path in files.values():
+    ...     open(path, "w").close()  # stand-ins: only their existence is checked here
+    >>> cfg = load_config("local", overrides={"security": files})
+    >>> values = security_dask_config(cfg["security"])
+    >>> values["distributed.comm.tls.worker.cert"] == files["tls_client_cert"]
+    True
+    >>> shutil.rmtree(tmp)
     """
     out = {"distributed.comm.require-encryption": security["require_encryption"]}
     for key, path in _tls_files(security).items():
@@ -209,6 +274,21 @@ def dask_config_for(cfg):
     faster Zarr reads for ≈100 MB more RSS per worker), and for ``ssh`` the
     ``security`` section as ``distributed.comm.tls.*`` values, which
     SSHCluster passes on to the processes it starts.
+
+    Parameters
+    ----------
+    cfg : dict
+        A config returned by :func:`load_config`.
+
+    Returns
+    -------
+    dict
+        Dask config keys and values, for ``dask.config.set``.
+
+    Examples
+    --------
+    >>> dask_config_for(load_config("local"))
+    {'distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_': None}
     """
     out = dict(cfg["dask_config"])
     if cfg["backend"] == "local":
@@ -261,6 +341,14 @@ def network_exposure(cfg):
     list of (str, str)
         ``("scheduler" | "dashboard", message)`` pairs; empty when nothing is
         exposed.  ``existing`` starts nothing, so it is never reported.
+
+    Examples
+    --------
+    >>> network_exposure(load_config("local"))
+    []
+    >>> [what for what, _ in network_exposure(
+    ...     load_config("local", overrides={"local": {"host": "0.0.0.0"}}))]
+    ['scheduler']
     """
     backend, sec = cfg["backend"], cfg.get(cfg["backend"])
     tls = cfg.get("security") is not None
@@ -354,11 +442,25 @@ def check_submit_command(cfg):
     starting anything, so a missing tool fails at once instead of after
     ``client.wait_timeout``.
 
+    Parameters
+    ----------
+    cfg : dict
+        A config returned by :func:`load_config`.
+
+    Returns
+    -------
+    None
+        When everything the backend needs is there.
+
     Raises
     ------
     SubmitCommandNotFoundError
         One line naming what is missing and how to fix it (a
         ``FileNotFoundError`` and a :class:`dqkm.exceptions.DqkmError`).
+
+    Examples
+    --------
+    >>> check_submit_command(load_config("local"))  # a local cluster needs no tool
     """
     import shutil
 
@@ -469,6 +571,23 @@ class ClusterClient(Client):
     ``client.cluster`` is the cluster object (LocalCluster, SLURMCluster, ...);
     closing the client (``close()`` or leaving a ``with`` block) closes that
     cluster too.  A client connected to an existing scheduler owns nothing.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        Passed to :class:`distributed.Client` (the cluster or an address, ...).
+    owned_cluster : cluster object, optional
+        Closed with the client, also when the client fails to start.
+
+    Examples
+    --------
+    >>> from distributed import LocalCluster
+    >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
+    >>> with ClusterClient(cluster, owned_cluster=cluster) as client:
+    ...     client.submit(sum, [1, 2]).result()
+    3
+    >>> cluster.status.name
+    'closed'
     """
 
     def __init__(self, *args, owned_cluster=None, **kwargs):
@@ -485,7 +604,26 @@ class ClusterClient(Client):
             cluster.close()
 
     def close(self, *args, **kwargs):
-        """Close the client, then the cluster it started (if any)."""
+        """Close the client, then the cluster it started (if any).
+
+        Parameters
+        ----------
+        *args, **kwargs
+            Passed to :meth:`distributed.Client.close` (e.g. ``timeout``).
+
+        Returns
+        -------
+        object
+            What :meth:`distributed.Client.close` returns.
+
+        Examples
+        --------
+        >>> from distributed import LocalCluster
+        >>> cluster = LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
+        >>> ClusterClient(cluster, owned_cluster=cluster).close()
+        >>> cluster.status.name
+        'closed'
+        """
         try:
             return super().close(*args, **kwargs)
         finally:

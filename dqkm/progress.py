@@ -65,8 +65,23 @@ def _check_verbose(verbose):
 def log_to_stderr(level="INFO"):
     """Show the ``dqkm`` logger's records at ``level`` and above on stderr.
 
-    One handler is added once (calling again only changes the level); returns
-    the logger.
+    One handler is added once (calling again only changes the level).
+
+    Parameters
+    ----------
+    level : str or int, default="INFO"
+        A :mod:`logging` level: ``"DEBUG"`` shows every iteration, ``"INFO"``
+        the milestones.
+
+    Returns
+    -------
+    logging.Logger
+        The ``dqkm`` logger.
+
+    Examples
+    --------
+    >>> log_to_stderr("WARNING").name
+    'dqkm'
     """
     if not any(getattr(h, "_dqkm_stderr", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
@@ -81,6 +96,17 @@ def in_jupyter():
     """Whether this process is an IPython kernel (Jupyter, nbclient), not a terminal.
 
     IPython is never imported here: a kernel has imported it already.
+
+    Returns
+    -------
+    bool
+        True inside a Jupyter kernel, False in a terminal, a script or IPython's
+        terminal shell.
+
+    Examples
+    --------
+    >>> in_jupyter()
+    False
     """
     ipython = sys.modules.get("IPython")
     if ipython is None:
@@ -113,6 +139,22 @@ def show_dask_progress(futures):
     In Jupyter with ``ipywidgets`` the widget is displayed (it returns at
     once); otherwise a text bar on stdout (it returns when the futures are
     done), also in a kernel without ``ipywidgets``.
+
+    Parameters
+    ----------
+    futures : list of distributed.Future
+        The futures to follow.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> from distributed import Client
+    >>> with Client(processes=False) as client:  # doctest: +SKIP
+    ...     show_dask_progress(client.map(abs, [-1, -2, 3]))
+    [########################################] | 100% Completed |  0.1s
     """
     from distributed import progress as dist_progress
 
@@ -140,7 +182,29 @@ def _num(record, key):
 
 
 class NullReporter:
-    """Shows nothing; sends each record to the ``dqkm`` logger at DEBUG level."""
+    """Shows nothing; sends each record to the ``dqkm`` logger at DEBUG level.
+
+    The base of every reporter: its methods are the interface the fit driver
+    calls (``start_run``, ``update``, ``end_run``, ``close``), and
+    :meth:`status` and :meth:`summary` the text the other views show.
+
+    Parameters
+    ----------
+    name : str, default="fit"
+        What is fitted, shown first (e.g. ``'KMeans'``).
+    max_iter : int, optional
+        Iterations per run at most (the ``k/max_iter`` and the ETA bound).
+    n_init : int, default=1
+        Runs of the fit.
+
+    Examples
+    --------
+    >>> reporter = NullReporter("KMeans", max_iter=10)
+    >>> reporter.start_run(0, 1)
+    >>> reporter.update({"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5})
+    >>> reporter.end_run(1, 12.5, converged=True)
+    >>> reporter.close()
+    """
 
     def __init__(self, name="fit", max_iter=None, n_init=1):
         self.name, self.max_iter, self.n_init = name, max_iter, n_init
@@ -149,23 +213,108 @@ class NullReporter:
         self._dask_bars = contextlib.ExitStack()
 
     def start_run(self, run, n_runs):
+        """Begin run ``run`` (from 0) of ``n_runs``, before its first iteration.
+
+        Parameters
+        ----------
+        run : int
+            Index of the run, from 0.
+        n_runs : int
+            Runs of the fit (``n_init``).
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> NullReporter("KMeans", n_init=2).start_run(1, 2)
+        """
         self.run = run
         self._seconds = []
 
     def update(self, record, tol_abs=None):
+        """Report one iteration.
+
+        Parameters
+        ----------
+        record : dict
+            The iteration's ``history_`` entry (``iteration``, ``objective``,
+            ``shift``, ``seconds``, ...).
+        tol_abs : float, optional
+            The absolute shift tolerance, once known.
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> import sys
+        >>> reporter = LineReporter("KMeans", max_iter=10, stream=sys.stdout)
+        >>> reporter.update({"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5})
+        KMeans iteration 1/10: objective 12.5, shift 0.25, 0.50s/it, ETA ≤ 4.5s (10% of max_iter)
+        """
         self._seconds.append(_num(record, "seconds"))
         logger.debug("%s run %d iteration %s: objective %s, shift %s", self.name, self.run + 1,
                      record.get("iteration"), record.get("objective"), record.get("shift"))
 
     def end_run(self, n_iter, objective, converged):
+        """Report the end of a run.
+
+        Parameters
+        ----------
+        n_iter : int
+            Iterations the run made.
+        objective : float
+            Its final objective.
+        converged : bool
+            Whether it converged (False: it stopped at ``max_iter``).
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> import sys
+        >>> LineReporter("KMeans", stream=sys.stdout).end_run(3, 11.0, converged=True)
+        KMeans: converged after 3 iterations, objective 11
+        """
         logger.info("%s run %d: %s after %s iterations, objective %s", self.name, self.run + 1,
                     "converged" if converged else "stopped at max_iter", n_iter, objective)
 
     def close(self):
+        """End the view at the end of fit (also on errors); turns Dask's bars off again.
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> NullReporter().close()
+        """
         self._dask_bars.close()
 
     def with_dask_bars(self):
-        """Turn on Dask's per-pass bars until :meth:`close` (``verbose=2``)."""
+        """Turn on Dask's per-pass bars until :meth:`close` (``verbose=2``).
+
+        Returns
+        -------
+        NullReporter
+            ``self``.
+
+        Examples
+        --------
+        >>> from dqkm.progress import DASK_BARS
+        >>> reporter = NullReporter().with_dask_bars()
+        >>> DASK_BARS["enabled"]
+        True
+        >>> reporter.close()
+        >>> DASK_BARS["enabled"]
+        False
+        """
         old = DASK_BARS["enabled"]
         DASK_BARS["enabled"] = True
         self._dask_bars.callback(DASK_BARS.__setitem__, "enabled", old)
@@ -175,7 +324,29 @@ class NullReporter:
     def status(self, record, tol_abs=None):
         """The one-line status of an iteration: ``name [run r/n] iteration k/max:
         objective …, shift … (tol …), … s/it, ETA ≤ … (p% of max_iter)``; the ETA
-        assumes the run goes on to ``max_iter``."""
+        assumes the run goes on to ``max_iter``.
+
+        Parameters
+        ----------
+        record : dict
+            The iteration's ``history_`` entry.
+        tol_abs : float, optional
+            The absolute shift tolerance, shown when given.
+
+        Returns
+        -------
+        str
+            The status line (seconds per iteration from the records passed
+            to :meth:`update` so far).
+
+        Examples
+        --------
+        >>> reporter = NullReporter("KMeans", max_iter=10)
+        >>> record = {"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5}
+        >>> reporter.update(record)
+        >>> reporter.status(record, tol_abs=0.01)
+        'KMeans iteration 1/10: objective 12.5, shift 0.25 (tol 0.01), 0.50s/it, ETA ≤ 4.5s (10% of max_iter)'
+        """
         run = f" run {self.run + 1}/{self.n_init}" if self.n_init > 1 else ""
         tol = f" (tol {tol_abs:.3g})" if tol_abs is not None else ""
         total = f"/{self.max_iter}" if self.max_iter else ""
@@ -191,12 +362,46 @@ class NullReporter:
                 f"shift {_num(record, 'shift'):.3g}{tol}, {per_it:.2f}s/it{eta}")
 
     def summary(self, n_iter, objective, converged):
+        """The one-line summary of a run.
+
+        Parameters
+        ----------
+        n_iter, objective, converged
+            As in :meth:`end_run`.
+
+        Returns
+        -------
+        str
+            ``name: converged|stopped at max_iter after n iterations, objective …``.
+
+        Examples
+        --------
+        >>> NullReporter("KMeans").summary(3, 11.0, converged=False)
+        'KMeans: stopped at max_iter after 3 iterations, objective 11'
+        """
         state = "converged" if converged else "stopped at max_iter"
         return f"{self.name}: {state} after {n_iter} iterations, objective {objective:.6g}"
 
 
 class LineReporter(NullReporter):
-    """One line per iteration on ``stream`` (stderr by default): for logs and pipes."""
+    """One line per iteration on ``stream`` (stderr by default): for logs and pipes.
+
+    Parameters
+    ----------
+    name, max_iter, n_init
+        As in :class:`NullReporter`.
+    stream : file-like, optional
+        Where the lines go (default ``sys.stderr``).
+
+    Examples
+    --------
+    >>> import sys
+    >>> reporter = LineReporter("KMeans", max_iter=10, stream=sys.stdout)
+    >>> reporter.update({"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5})
+    KMeans iteration 1/10: objective 12.5, shift 0.25, 0.50s/it, ETA ≤ 4.5s (10% of max_iter)
+    >>> reporter.end_run(1, 12.5, converged=True)
+    KMeans: converged after 1 iterations, objective 12.5
+    """
 
     def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
         super().__init__(name, max_iter, n_init)
@@ -219,6 +424,21 @@ class LiveLineReporter(LineReporter):
 
     Each run ends its line with a newline and its summary; the line is padded
     with spaces so a shorter status erases a longer one.
+
+    Parameters
+    ----------
+    name, max_iter, n_init, stream
+        As in :class:`LineReporter`.
+
+    Examples
+    --------
+    >>> import io
+    >>> out = io.StringIO()
+    >>> reporter = LiveLineReporter("KMeans", max_iter=10, stream=out)
+    >>> reporter.update({"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5})
+    >>> reporter.end_run(1, 12.5, converged=True)
+    >>> out.getvalue().splitlines()[-1]
+    'KMeans: converged after 1 iterations, objective 12.5'
     """
 
     def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
@@ -255,6 +475,23 @@ class WidgetReporter(NullReporter):
     and a text line (objective, shift against tol, seconds per iteration, ETA).
 
     ``display=False`` builds the widget without showing it (``self.widget``).
+
+    Parameters
+    ----------
+    name, max_iter, n_init
+        As in :class:`NullReporter`.
+    display : bool, default=True
+        Show the widget now (in the notebook's output).
+
+    Examples
+    --------
+    >>> reporter = WidgetReporter("KMeans", max_iter=10, display=False)
+    >>> reporter.update({"iteration": 1, "objective": 12.5, "shift": 0.25, "seconds": 0.5})
+    >>> reporter.bar.value
+    1
+    >>> reporter.end_run(1, 12.5, converged=True)
+    >>> reporter.bar.bar_style
+    'success'
     """
 
     def __init__(self, name="fit", max_iter=None, n_init=1, display=True):
@@ -315,6 +552,11 @@ def make_reporter(verbose, *, name, max_iter=None, n_init=1):
         :class:`LiveLineReporter` when stderr is a terminal, a
         :class:`LineReporter` otherwise, a :class:`NullReporter` at
         ``verbose=0``.
+
+    Examples
+    --------
+    >>> type(make_reporter(0, name="KMeans", max_iter=10)).__name__
+    'NullReporter'
     """
     verbose = _check_verbose(verbose)
     if verbose == 0:

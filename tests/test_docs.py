@@ -5,6 +5,7 @@ results produce what the pages show."""
 
 import doctest
 import importlib
+import inspect
 import io
 import json
 import os
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(DOCS, "results"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import check_rendered  # noqa: E402
+import gallery  # noqa: E402
 
 CHROMIUM = check_rendered.find_chromium()
 needs_chromium = pytest.mark.skipif(
@@ -28,84 +30,58 @@ needs_chromium = pytest.mark.skipif(
                              ".ci/run installs it before `make test`)")
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The site built from scratch with -W (any warning fails), in a temporary folder."""
+@pytest.fixture(scope="module", autouse=True)
+def _site_build(request, tmp_path_factory):
+    """The site built from scratch with -W (any warning fails), in a temporary folder.
+
+    The build starts with the module's first test and runs beside the tests that do
+    not need it (they come first in this file); :func:`site` waits for it.  A build
+    no test waited for is stopped at the end of the module; none starts when no
+    selected test of the module needs the site.
+    """
+    if not any(item.path == request.path and "site" in getattr(item, "fixturenames", ())
+               for item in request.session.items):
+        yield None
+        return
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
-         "-d", str(out / "doctrees"), DOCS, str(out / "html")],
-        capture_output=True, text=True, env=env, timeout=900)
-    return proc, out / "html"
+    with open(out / "stdout.txt", "w") as stdout, open(out / "stderr.txt", "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q",
+             "-d", str(out / "doctrees"), DOCS, str(out / "html")],
+            stdout=stdout, stderr=stderr, env=env)
+    build = {"proc": proc, "out": out}
+    yield build
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
-def test_site_builds_without_warnings(site):
-    proc, html = site
-    assert proc.returncode == 0, f"sphinx -W failed:\n{proc.stdout}\n{proc.stderr}"
-    for page in ("index.html", "getting_started.html", "user_guide/choosing.html",
-                 "algorithms/qkmeans.html", "reproducing/index.html", "benchmarks/index.html",
-                 "api/index.html", "architecture.html"):
-        assert (html / page).exists(), page
-
-
-def _public_names():
-    import dqkm
-
-    names = [f"dqkm.{n}" for n in dqkm.__all__ if n != "__version__"]
-    for mod in ("io", "datasets", "metrics", "exceptions", "neighbors", "kernel_approximation",
-                "monitor", "progress", "kernels"):
-        m = importlib.import_module(f"dqkm.{mod}")
-        names += [f"dqkm.{mod}.{n}" for n in m.__all__ if not n.isupper()]
-    return names
-
-
-def test_api_reference_has_a_page_for_every_public_object(site):
-    proc, html = site
-    assert proc.returncode == 0, proc.stderr
-    generated = html / "api" / "generated"
-    # an object exported at the top level is documented there (dqkm.save, not dqkm.io.save)
-    top = {n.split(".")[-1] for n in _public_names() if n.count(".") == 1}
-    missing = [n for n in _public_names()
-               if not (generated / f"{n}.html").exists()
-               and not (n.startswith("dqkm.io.") and n.split(".")[-1] in top)
-               and not (generated / f"dqkm.{n.split('.')[-1]}.html").exists()]
-    assert not missing, f"public objects without an API page: {missing}"
-
-
-@needs_chromium
-def test_pages_render_in_headless_chromium(site):
-    proc, html = site
-    assert proc.returncode == 0, proc.stderr
-    assert check_rendered.check(str(html), CHROMIUM) == []
-
-
-@needs_chromium
-def test_render_check_fails_when_a_page_does_not_render(site, tmp_path):
-    proc, html = site
-    assert proc.returncode == 0, proc.stderr
-    broken = tmp_path / "html"
-    shutil.copytree(html, broken)
-    (broken / "user_guide" / "choosing.html").write_text(
-        "<html><head><title>x</title></head><body>"
-        "<code class=\"xref py py-class docutils literal\">dqkm.Nothing</code>"
-        "<script>undefinedFunction()</script></body></html>")
-    (broken / "api" / "generated" / "dqkm.KMeans.html").unlink()
-    found = check_rendered.check(str(broken), CHROMIUM)
-    text = "\n".join(found)
-    assert "user_guide/choosing.html: title 'x'" in text
-    assert "user_guide/choosing.html: no <nav> element" in text
-    assert "cross-reference(s) without a target" in text
-    assert "uncaught: ReferenceError" in text
-    assert "api/generated/dqkm.KMeans.html: not built" in text
-    assert not any(line.startswith("index.html") for line in found)
+@pytest.fixture(scope="module")
+def site(_site_build):
+    """``(completed process, html folder)`` of the module's one build."""
+    proc, out = _site_build["proc"], _site_build["out"]
+    if "result" not in _site_build:
+        proc.wait(timeout=900)
+        _site_build["result"] = subprocess.CompletedProcess(
+            proc.args, proc.returncode, (out / "stdout.txt").read_text(),
+            (out / "stderr.txt").read_text())
+    return _site_build["result"], out / "html"
 
 
 #: modules whose docstring examples run as doctests (each estimator class and each
 #: public function of the user-facing modules has one)
 DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "dqkm.neighbors",
                    "dqkm.kernel_approximation", "dqkm.cluster.kmeans", "dqkm.cluster.qkmeans",
-                   "dqkm.cluster.kmeans_l1", "dqkm.cluster.sekmeans", "dqkm.cluster.kmm"]
+                   "dqkm.cluster.kmeans_l1", "dqkm.cluster.sekmeans", "dqkm.cluster.kmm",
+                   "dqkm.data.csr", "dqkm.progress", "dqkm.kernels.lloyd",
+                   "dqkm.kernels.sparse_factors", "dqkm.kernels.projections",
+                   "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
+                   # ClusterClient's example starts an in-process LocalCluster
+                   pytest.param("dqkm.cluster_config", marks=pytest.mark.distributed)]
+#: modules whose every public function, class and method has Parameters (when it
+#: takes any), Returns (functions and methods) and an Examples section with a doctest
+NUMPYDOC_MODULES = ["dqkm.kernels", "dqkm.sparse", "dqkm.cluster_config", "dqkm.progress"]
 EXAMPLE_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.metrics", "dqkm.neighbors",
                    "dqkm.kernel_approximation"]
 
@@ -121,6 +97,44 @@ def test_every_estimator_and_public_function_has_an_example():
     missing = [n for n, o in objs.items() if ">>> " not in (o.__doc__ or "")
                or "Examples\n" not in (o.__doc__ or "")]
     assert not missing, f"no Examples section with a doctest: {missing}"
+
+
+def _numpydoc_gaps(name, obj, is_method=False):
+    """What ``obj``'s docstring lacks: Parameters, Returns, an Example with a doctest."""
+    from numpydoc.docscrape import FunctionDoc
+
+    doc = inspect.getdoc(obj) or ""  # an override without a docstring inherits its base's
+    parsed = FunctionDoc(obj, doc=doc) if not inspect.isclass(obj) else None
+    params = []
+    try:
+        params = [p for p in inspect.signature(obj).parameters if p not in ("self", "cls")]
+    except (TypeError, ValueError):
+        pass
+    gaps = []
+    if params and "Parameters\n" not in doc:
+        gaps.append("Parameters")
+    if parsed is not None and not parsed["Returns"]:
+        gaps.append("Returns")
+    if ">>> " not in doc or "Examples\n" not in doc:
+        gaps.append("Examples")
+    return [f"{name}: {g}" for g in gaps]
+
+
+def test_kernels_sparse_clusters_progress_have_parameters_returns_and_examples():
+    gaps = []
+    for modname in NUMPYDOC_MODULES:
+        mod = importlib.import_module(modname)
+        for n in mod.__all__:
+            obj = getattr(mod, n)
+            if not callable(obj) or (inspect.isclass(obj) and issubclass(obj, Exception)):
+                continue
+            gaps += _numpydoc_gaps(f"{modname}.{n}", obj)
+            if inspect.isclass(obj):
+                for m, member in vars(obj).items():
+                    if not m.startswith("_") and callable(getattr(obj, m)) \
+                            and not isinstance(member, property):
+                        gaps += _numpydoc_gaps(f"{modname}.{n}.{m}", getattr(obj, m))
+    assert not gaps, "docstrings without a section:\n" + "\n".join(gaps)
 
 
 @pytest.mark.parametrize("module", DOCTEST_MODULES)
@@ -189,3 +203,106 @@ def test_benchmark_page_holds_only_the_latest_table(tmp_path, monkeypatch):
     assert "old table" not in text and "| 1 | 2 |" in text
     assert sorted(os.listdir(tmp_path)) == ["demo.md"]
     assert _report.printed_as_markdown("x  y\n1  2\n", fenced=True) == "```text\nx  y\n1  2\n```\n"
+
+
+def test_gallery_page_shows_the_script_and_what_it_printed(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "hello.py").write_text('"""Say hello\n\nUses :class:`dqkm.KMeans` in its text."""\n\n'
+                                  'print("hello", 6 * 7)\n')
+    written = gallery.write_pages(str(src), str(tmp_path / "pages"))
+    assert [os.path.basename(p) for p in written] == ["index.md", "hello.md"]
+    text = (tmp_path / "pages" / "hello.md").read_text()
+    assert text.startswith("# Say hello\n\nUses {py:class}`dqkm.KMeans` in its text.")
+    assert '```python\nprint("hello", 6 * 7)\n```' in text
+    assert "```text\nhello 42\n```" in text
+    index = (tmp_path / "pages" / "index.md").read_text()
+    assert "```{toctree}" in index and "\nhello\n" in index and "[Say hello](hello.md)" in index
+
+
+def test_gallery_refuses_a_failing_script_and_one_without_docstring(tmp_path):
+    (tmp_path / "broken.py").write_text('"""Broken"""\nraise ValueError("no data")\n')
+    with pytest.raises(gallery.ExampleError, match=r"broken\.py failed: ValueError: no data"):
+        gallery.write_pages(str(tmp_path), str(tmp_path / "pages"))
+    with pytest.raises(ValueError, match="must open with a docstring"):
+        gallery.split_script("print(1)\n")
+
+
+# ---------------------------------------------------------------- the built site
+# (last in the file: the tests above run while the build started by _site_build runs)
+
+def test_site_builds_without_warnings(site):
+    proc, html = site
+    assert proc.returncode == 0, f"sphinx -W failed:\n{proc.stdout}\n{proc.stderr}"
+    for page in ("index.html", "getting_started.html", "user_guide/choosing.html",
+                 "algorithms/qkmeans.html", "reproducing/index.html", "benchmarks/index.html",
+                 "api/index.html", "architecture.html"):
+        assert (html / page).exists(), page
+
+
+def _public_names():
+    import dqkm
+
+    names = [f"dqkm.{n}" for n in dqkm.__all__ if n != "__version__"]
+    for mod in ("io", "datasets", "metrics", "exceptions", "neighbors", "kernel_approximation",
+                "monitor", "progress", "kernels"):
+        m = importlib.import_module(f"dqkm.{mod}")
+        names += [f"dqkm.{mod}.{n}" for n in m.__all__ if not n.isupper()]
+    return names
+
+
+def test_api_reference_has_a_page_for_every_public_object(site):
+    proc, html = site
+    assert proc.returncode == 0, proc.stderr
+    generated = html / "api" / "generated"
+    # an object exported at the top level is documented there (dqkm.save, not dqkm.io.save)
+    top = {n.split(".")[-1] for n in _public_names() if n.count(".") == 1}
+    missing = [n for n in _public_names()
+               if not (generated / f"{n}.html").exists()
+               and not (n.startswith("dqkm.io.") and n.split(".")[-1] in top)
+               and not (generated / f"dqkm.{n.split('.')[-1]}.html").exists()]
+    assert not missing, f"public objects without an API page: {missing}"
+
+
+@needs_chromium
+def test_pages_render_in_headless_chromium(site):
+    proc, html = site
+    assert proc.returncode == 0, proc.stderr
+    assert check_rendered.check(str(html), CHROMIUM) == []
+
+
+@needs_chromium
+def test_render_check_fails_when_a_page_does_not_render(site, tmp_path):
+    proc, html = site
+    assert proc.returncode == 0, proc.stderr
+    broken = tmp_path / "html"
+    shutil.copytree(html, broken)
+    (broken / "user_guide" / "choosing.html").write_text(
+        "<html><head><title>x</title></head><body>"
+        "<code class=\"xref py py-class docutils literal\">dqkm.Nothing</code>"
+        "<script>undefinedFunction()</script></body></html>")
+    (broken / "api" / "generated" / "dqkm.KMeans.html").unlink()
+    found = check_rendered.check(str(broken), CHROMIUM)
+    text = "\n".join(found)
+    assert "user_guide/choosing.html: title 'x'" in text
+    assert "user_guide/choosing.html: no <nav> element" in text
+    assert "cross-reference(s) without a target" in text
+    assert "uncaught: ReferenceError" in text
+    assert "api/generated/dqkm.KMeans.html: not built" in text
+    assert not any(line.startswith("index.html") for line in found)
+
+
+def test_gallery_pages_are_built_with_their_output(site):
+    proc, html = site
+    assert proc.returncode == 0, proc.stderr
+    scripts = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "examples", "gallery"))
+                     if f.endswith(".py"))
+    assert len(scripts) >= 3
+    index = (html / "examples" / "index.html").read_text()
+    for name in scripts:
+        page = (html / "examples" / f"{name}.html").read_text()
+        assert f'href="{name}.html"' in index, name
+        assert "Output (printed when this page was built)" in page, name
+    kmeans = (html / "examples" / "kmeans_zarr.html").read_text()
+    assert "same labels as scikit-learn: True" in kmeans
+    assert 'href="examples/index.html"' in (html / "index.html").read_text()

@@ -43,7 +43,26 @@ _ATTR = "dqkm_sparse"
 
 # ----------------------------------------------------------------------------- detection
 def is_sparse_dask(X) -> bool:
-    """True for a Dask array whose chunks are ``scipy.sparse`` matrices."""
+    """True for a Dask array whose chunks are ``scipy.sparse`` matrices.
+
+    Parameters
+    ----------
+    X : object
+        Anything; only a Dask array whose ``_meta`` is sparse gives True.
+
+    Returns
+    -------
+    bool
+        Whether ``X`` is a Dask array of sparse chunks.
+
+    Examples
+    --------
+    >>> import dask.array as da
+    >>> import scipy.sparse as sp
+    >>> X = sparse_to_dask(sp.random(100, 20, density=0.1, format="csr", random_state=0), chunks=50)
+    >>> is_sparse_dask(X), is_sparse_dask(da.zeros((4, 2)))
+    (True, False)
+    """
     return isinstance(X, da.Array) and sp.issparse(getattr(X, "_meta", None))
 
 
@@ -56,6 +75,25 @@ def as_csr_block(block, owner="dqkm"):
     """One computed chunk as CSR: CSR as is, COO converted, other sparse formats refused.
 
     Dense chunks are returned unchanged.
+
+    Parameters
+    ----------
+    block : ndarray or scipy.sparse matrix
+        One computed chunk.
+    owner : str, default="dqkm"
+        Named in the ``TypeError`` raised for another sparse format.
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix or ndarray
+        The chunk in CSR format, or the dense chunk as given.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> as_csr_block(sp.coo_matrix(np.eye(2))).format
+    'csr'
     """
     return as_csr(block, owner)
 
@@ -76,6 +114,33 @@ def check_sparse(X, owner="dqkm"):
     way.  (Dask cannot hold a COO ``_meta``: it records a NumPy one, so COO
     chunks are only seen when a chunk is computed; :func:`as_csr_block`
     converts them there.)
+
+    Parameters
+    ----------
+    X : scipy.sparse matrix or array, or Dask array of sparse chunks
+        The data to check.
+    owner : str, default="dqkm"
+        Named in the error message (the estimator or function that was given ``X``).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix or dask.array.Array
+        In-memory input as CSR; a Dask array as given.
+
+    Raises
+    ------
+    TypeError
+        ``X`` holds another sparse format; the message says how to convert it.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> check_sparse(sp.random(4, 3, density=0.5, format="coo", random_state=0)).format
+    'csr'
+    >>> check_sparse(sp.random(4, 3, density=0.5, format="csc", random_state=0))
+    Traceback (most recent call last):
+    ...
+    TypeError: dqkm accepts scipy.sparse data in CSR format (COO is converted); got format 'csc'...
     """
     if isinstance(X, da.Array):
         meta = X._meta
@@ -95,12 +160,21 @@ def sparse_to_dask(X, chunks=None) -> da.Array:
     Parameters
     ----------
     X : scipy.sparse matrix or array (CSR or COO) of shape (n_samples, n_features)
+        The data (not copied into the graph more than once).
     chunks : int or tuple of ints, optional
         Rows per chunk; default about 64 MB of non-zeros per chunk.
 
     Returns
     -------
     dask.array.Array of shape (n_samples, n_features) with CSR chunks
+        Chunked along rows only.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> X = sparse_to_dask(sp.random(100, 20, density=0.1, format="csr", random_state=0), chunks=50)
+    >>> X.numblocks, X.blocks[0].compute().format
+    ((2, 1), 'csr')
     """
     X = check_sparse(X, "sparse_to_dask")
     if chunks is None:
@@ -139,13 +213,30 @@ def save_csr(X, path, *, overwrite=False, attrs=None, storage_options=None):
     ----------
     X : scipy.sparse matrix or CSR/COO-chunked Dask array, shape (n_samples, n_features)
     path : str or PathLike (local) or fsspec URL
+        Where the group is written.
     overwrite : bool, default=False
+        Replace an existing Zarr store or dqkm model at ``path`` (anything
+        else there is refused); otherwise an existing path is an error.
     attrs : dict, optional
         Extra JSON attributes of the group.
+    storage_options : dict, optional
+        Passed to fsspec for a URL ``path``.
 
     Returns
     -------
     path
+        ``path`` as given, for :func:`load_csr`.
+
+    Examples
+    --------
+    >>> import os, shutil, tempfile
+    >>> import scipy.sparse as sp
+    >>> X = sparse_to_dask(sp.random(100, 20, density=0.1, format="csr", random_state=0), chunks=50)
+    >>> tmp = tempfile.mkdtemp()
+    >>> path = save_csr(X, os.path.join(tmp, "x.zarr"))
+    >>> is_csr_store(path), load_csr(path).shape
+    (True, (100, 20))
+    >>> shutil.rmtree(tmp)
     """
     Xd = check_sparse(X, "save_csr")
     if not isinstance(Xd, da.Array):
@@ -177,7 +268,26 @@ def _open_root(path, storage_options=None):
 
 
 def is_csr_store(path, storage_options=None) -> bool:
-    """True if ``path`` is a Zarr group written by :func:`save_csr`."""
+    """True if ``path`` is a Zarr group written by :func:`save_csr`.
+
+    Parameters
+    ----------
+    path : str or PathLike (local) or fsspec URL
+        The location to look at.
+    storage_options : dict, optional
+        Passed to fsspec for a URL ``path``.
+
+    Returns
+    -------
+    bool
+        False for a missing path, a dense Zarr array or any other group.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> is_csr_store(tempfile.gettempdir())
+    False
+    """
     try:
         root = _open_root(path, storage_options)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, TypeError):
@@ -217,6 +327,18 @@ def load_csr(path, *, storage_options=None) -> da.Array:
     its own task, which checks that its arrays agree with each other and
     with the chunk's number of rows.  A local ``path`` enters the graph as an absolute path.
 
+    Parameters
+    ----------
+    path : str or PathLike (local) or fsspec URL
+        A group written by :func:`save_csr`.
+    storage_options : dict, optional
+        Passed to fsspec for a URL ``path``.
+
+    Returns
+    -------
+    dask.array.Array of shape (n_samples, n_features) with CSR chunks
+        One chunk per subgroup, in the stored dtype.
+
     Raises
     ------
     FileNotFoundError
@@ -225,6 +347,17 @@ def load_csr(path, *, storage_options=None) -> da.Array:
         The store is not a dqkm CSR group, or has an unknown format version.
     StoreError
         (when computed) A task cannot see the group, or a chunk is damaged.
+
+    Examples
+    --------
+    >>> import os, shutil, tempfile
+    >>> import scipy.sparse as sp
+    >>> X = sparse_to_dask(sp.random(100, 20, density=0.1, format="csr", random_state=0), chunks=50)
+    >>> tmp = tempfile.mkdtemp()
+    >>> Y = load_csr(save_csr(X, os.path.join(tmp, "x.zarr")))
+    >>> Y.numblocks, (Y.blocks[1].compute() != X.blocks[1].compute()).nnz
+    ((2, 1), 0)
+    >>> shutil.rmtree(tmp)
     """
     try:
         root = _open_root(path, storage_options)

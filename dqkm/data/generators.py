@@ -200,6 +200,8 @@ def make_sparse_blobs(n_samples=100_000, n_features=10_000, density=0.001, cente
     path : str, optional
         If given, X is written there as a Zarr CSR group (:func:`save_csr`)
         and the returned X reads from it; y stays lazy (from the generator).
+    overwrite : bool, default=False
+        Replace an existing store at ``path`` (as in :func:`save_csr`).
 
     Returns
     -------

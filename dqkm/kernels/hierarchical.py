@@ -84,12 +84,21 @@ def default_residual_constraints(constraints, rule="product"):
     Parameters
     ----------
     constraints : list of Splincol, one per factor (``S1 … SQ``)
+        The factors' constraints, e.g. :func:`default_constraints`.
     rule : {"product", "geometric"}, default "product"
+        How the residuals' sparsity decreases (above).
 
     Returns
     -------
     list of Splincol, length ``Q − 2``
         Level ``l``: shape ``(constraints[l].shape[0], D)``.
+
+    Examples
+    --------
+    >>> from dqkm.kernels import default_constraints
+    >>> levels = default_residual_constraints(default_constraints(16, 64, sparsity=3))
+    >>> [P.s for P in levels]
+    [16, 16, 16, 9]
     """
     if rule not in _RESIDUAL_RULES:
         raise ValueError(f"The 'rule' parameter of default_residual_constraints must be one of "

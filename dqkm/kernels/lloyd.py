@@ -283,7 +283,26 @@ def _outputs(n, k, d, with_sums):
 
 
 def squared_norms(A):
-    """Row-wise squared norms of ``A``, in ``A``'s dtype (float64 accumulation)."""
+    """Row-wise squared norms of ``A``, in ``A``'s dtype (float64 accumulation).
+
+    Parameters
+    ----------
+    A : array-like of shape (n_rows, n_features)
+        Floating-point rows.
+
+    Returns
+    -------
+    norms : ndarray of shape (n_rows,)
+        ``‖a_i‖²`` of every row, accumulated in float64 and returned in
+        ``A``'s dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.kernels import squared_norms
+    >>> squared_norms(np.array([[3.0, 4.0], [1.0, 0.0]]))
+    array([25.,  1.])
+    """
     A = np.asarray(A)
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
 
@@ -326,17 +345,22 @@ def lloyd_partials(X, centers):
     Parameters
     ----------
     X : ndarray of shape (n_rows, n_features), float32 or float64
+        One chunk of rows (another dtype is converted to float64).
     centers : ndarray of shape (n_clusters, n_features)
+        The current centers, converted to ``X``'s dtype.
 
     Returns
     -------
     sums : ndarray of shape (n_clusters, n_features), float64
         Sum of the rows assigned to each center.
     counts : ndarray of shape (n_clusters,), int64
+        Number of rows assigned to each center.
     objective : float
         ``Σ ‖x − c_label(x)‖²`` over the chunk, computed exactly in float64.
     labels : ndarray of shape (n_rows,), int32
+        Index of the nearest center of every row.
     min_sq_dist : ndarray of shape (n_rows,), float64
+        Squared distance of every row to its nearest center;
         +inf (and the objective +inf or NaN) for a row whose squared
         distances overflow float64 or that holds NaN/inf: its label is then
         meaningless, and the callers refuse the chunk.
@@ -346,6 +370,18 @@ def lloyd_partials(X, centers):
     The products ``X·Cᵀ`` are formed in X's dtype; a tile where they or
     ½‖c‖² overflow it (float32 data beyond ~1e19) is assigned again in
     float64, so the labels are those of the exact distances.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.kernels import lloyd_partials
+    >>> X = np.array([[0.0, 0.0], [0.0, 2.0], [10.0, 0.0]])
+    >>> sums, counts, objective, labels, min_sq_dist = lloyd_partials(X, X[[0, 2]])
+    >>> sums
+    array([[ 0.,  2.],
+           [10.,  0.]])
+    >>> counts, objective, labels
+    (array([2, 1]), 4.0, array([0, 0, 1], dtype=int32))
     """
     X, centers = _prepare(X, centers)
     sums, counts, labels, mind = _outputs(X.shape[0], centers.shape[0], X.shape[1], True)
@@ -358,11 +394,28 @@ def lloyd_partials(X, centers):
 def assign_labels(X, centers):
     """Nearest center of every row and its squared distance (float64).
 
+    Parameters
+    ----------
+    X : ndarray of shape (n_rows, n_features), float32 or float64
+        The rows to assign (another dtype is converted to float64).
+    centers : ndarray of shape (n_clusters, n_features)
+        The centers, converted to ``X``'s dtype.
+
     Returns
     -------
     labels : ndarray of shape (n_rows,), int32
+        Index of the nearest center (the first one on a tie).
     min_sq_dist : ndarray of shape (n_rows,), float64
         +inf where the distances overflow float64, as in :func:`lloyd_partials`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dqkm.kernels import assign_labels
+    >>> centers = np.array([[0.0, 0.0], [10.0, 0.0]])
+    >>> labels, min_sq_dist = assign_labels(np.array([[1.0, 0.0], [9.0, 3.0]]), centers)
+    >>> labels, min_sq_dist
+    (array([0, 1], dtype=int32), array([ 1., 10.]))
     """
     X, centers = _prepare(X, centers)
     sums, counts, labels, mind = _outputs(X.shape[0], centers.shape[0], X.shape[1], False)

@@ -81,6 +81,12 @@ _GEMM_GAIN = 8.0
 class Palm4MSAResult:
     """Result of :func:`palm4msa` / :func:`hierarchical_palm4msa`.
 
+    Parameters
+    ----------
+    factors, lam, errors, n_iter
+        The attributes below, in this order (built by :func:`palm4msa` and
+        :func:`hierarchical_palm4msa`).
+
     Attributes
     ----------
     factors : SparseFactors
@@ -93,6 +99,12 @@ class Palm4MSAResult:
         (``errors[0]``: the initial factors).
     n_iter : int
         Number of iterations run (sweeps over all factors).
+
+    Examples
+    --------
+    >>> res = palm4msa(np.random.default_rng(0).standard_normal((4, 8)), n_iter=5)
+    >>> res.n_iter, res.errors.shape, res.factors.shape, res.factors.lam == res.lam
+    (5, (6,), (4, 8), True)
     """
 
     factors: SparseFactors

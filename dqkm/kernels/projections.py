@@ -317,7 +317,16 @@ class Splin(_Projection):
     Parameters
     ----------
     shape : (int, int)
+        Shape of the matrices projected.
     s : int in ``[1, shape[1]]``
+        Entries kept per row.
+
+    Examples
+    --------
+    >>> P = Splin((2, 3), s=1)
+    >>> P.support([[3.0, 1.0, 0.0], [2.0, 2.0, 5.0]]).astype(int)
+    array([[1, 0, 0],
+           [0, 0, 1]])
     """
 
     s: int
@@ -339,7 +348,16 @@ class Spcol(_Projection):
     Parameters
     ----------
     shape : (int, int)
+        Shape of the matrices projected.
     s : int in ``[1, shape[0]]``
+        Entries kept per column.
+
+    Examples
+    --------
+    >>> P = Spcol((2, 3), s=1)
+    >>> P.support([[3.0, 1.0, 0.0], [2.0, 2.0, 5.0]]).astype(int)
+    array([[1, 0, 0],
+           [0, 1, 1]])
     """
 
     s: int
@@ -409,6 +427,13 @@ class Supp(_Projection):
     support : array-like of bool, 2-D, non-empty
         The positions that may be non-zero; copied and made read-only.
         ``shape`` is ``support.shape``.
+
+    Examples
+    --------
+    >>> P = Supp([[True, False], [False, True]])
+    >>> P([[3.0, 1.0], [2.0, 4.0]])
+    array([[0.6, 0. ],
+           [0. , 0.8]])
     """
 
     support_mask: np.ndarray
@@ -463,11 +488,19 @@ def default_shapes(K, D, n_factors=None):
     Parameters
     ----------
     K, D : int >= 1
+        Shape of the matrix to factorise (K centroids of D features).
     n_factors : int >= 1 or None
+        Number of factors ``Q``; None: ``max(1, ⌈log2 B⌉)``.
 
     Returns
     -------
     shapes : list of Q (rows, cols) tuples
+        From ``S1`` (left) to ``SQ`` (right).
+
+    Examples
+    --------
+    >>> default_shapes(16, 64, n_factors=3)
+    [(16, 16), (16, 16), (16, 64)]
 
     References
     ----------
@@ -489,9 +522,24 @@ def default_constraints(K, D, sparsity=5, n_factors=None):
 
     ``sparsity`` is capped at each factor's smaller dimension.
 
+    Parameters
+    ----------
+    K, D : int >= 1
+        Shape of the matrix to factorise.
+    sparsity : int >= 1, default=5
+        Non-zeros kept per row and per column of every factor.
+    n_factors : int >= 1 or None
+        As in :func:`default_shapes`.
+
     Returns
     -------
     constraints : list of Splincol
+        One per factor, from ``S1`` to ``SQ``.
+
+    Examples
+    --------
+    >>> default_constraints(16, 64, sparsity=3, n_factors=3)
+    [Splincol(shape=(16, 16), s=3), Splincol(shape=(16, 16), s=3), Splincol(shape=(16, 64), s=3)]
     """
     s = _check_int(sparsity, "sparsity", "default_constraints", 1)
     return [Splincol(shape, min(s, min(shape))) for shape in default_shapes(K, D, n_factors)]

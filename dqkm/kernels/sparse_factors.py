@@ -223,7 +223,20 @@ class SparseFactors:
 
     # ------------------------------------------------------------ conversions
     def toarray(self):
-        """Dense ``lam · S1 ··· SQ``, ndarray of shape ``(K, D)`` and dtype ``self.dtype``."""
+        """Dense ``lam · S1 ··· SQ``, ndarray of shape ``(K, D)`` and dtype ``self.dtype``.
+
+        Returns
+        -------
+        ndarray of shape (K, D)
+            The product of the factors times ``lam``.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.toarray()
+        array([[2., 4., 0.],
+               [0., 0., 6.]])
+        """
         R = self._factors[-1].toarray()
         for S in reversed(self._factors[:-1]):
             R = S @ R
@@ -232,7 +245,24 @@ class SparseFactors:
         return R
 
     def astype(self, dtype):
-        """The same operator with factors of ``dtype`` (float32 or float64)."""
+        """The same operator with factors of ``dtype`` (float32 or float64).
+
+        Parameters
+        ----------
+        dtype : numpy dtype or str
+            ``float32`` or ``float64``; another dtype raises ``ValueError``.
+
+        Returns
+        -------
+        SparseFactors
+            ``self`` when the dtype is already ``dtype``, else a new operator.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.astype("float32").dtype
+        dtype('float32')
+        """
         dt = np.dtype(dtype)
         if dt not in (np.float32, np.float64):
             raise ValueError(f"The 'dtype' parameter of SparseFactors.astype must be float32 or "
@@ -242,13 +272,45 @@ class SparseFactors:
         return SparseFactors([S.astype(dt) for S in self._factors], lam=self._lam)
 
     def fold_lam(self):
-        """A new operator with ``lam`` multiplied into ``S1`` and ``lam = 1``."""
+        """A new operator with ``lam`` multiplied into ``S1`` and ``lam = 1``.
+
+        Returns
+        -------
+        SparseFactors
+            The same linear operator, with ``lam == 1.0``.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> W = V.fold_lam()
+        >>> W.lam, W.allclose(V)
+        (1.0, True)
+        """
         S1 = self._factors[0].astype(self._dtype, copy=True)
         S1.data *= self._dtype.type(self._lam)
         return SparseFactors((S1,) + self._factors[1:], lam=1.0)
 
     def allclose(self, other, rtol=1e-5, atol=1e-8):
-        """Whether ``other`` is the same operator up to tolerance (compares dense products)."""
+        """Whether ``other`` is the same operator up to tolerance (compares dense products).
+
+        Parameters
+        ----------
+        other : SparseFactors
+            The operator to compare with (another type raises ``TypeError``).
+        rtol, atol : float, default=1e-5, 1e-8
+            Tolerances of :func:`numpy.allclose` on the dense products.
+
+        Returns
+        -------
+        bool
+            Whether the shapes are equal and the dense products agree.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.allclose(SparseFactors([V.toarray()]))
+        True
+        """
         if not isinstance(other, SparseFactors):
             raise TypeError(f"The 'other' parameter of SparseFactors.allclose must be a "
                             f"SparseFactors. Got {type(other).__name__} instead.")
@@ -340,6 +402,8 @@ class SparseFactors:
         Returns
         -------
         ndarray of shape (n_samples, K), dtype of ``X``
+            ``(X @ V.T)[i, k]`` is the product of row ``i`` of ``X`` with
+            row ``k`` of ``V``.
 
         Notes
         -----
@@ -347,6 +411,13 @@ class SparseFactors:
         CSR order, so a row's result is bit-identical whatever the number of
         threads and whatever other rows are in the same call; it may differ
         from ``method="scipy"`` by rounding.  Cost: ``n_samples · flops``.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.apply_rows(np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]))
+        array([[6., 6.],
+               [4., 0.]])
         """
         if method not in _METHODS:
             raise ValueError(f"The 'method' parameter of SparseFactors.apply_rows must be one "
@@ -431,6 +502,7 @@ class SparseFactors:
         Parameters
         ----------
         X : array-like of shape (n_samples, D), float32 or float64
+            The rows to assign; not modified.
         row_norms_sq : array-like of shape (K,), optional
             ``‖v_k‖²`` (default: :meth:`row_norms_sq`; pass it when calling
             repeatedly).
@@ -440,6 +512,13 @@ class SparseFactors:
         Returns
         -------
         ndarray of shape (n_samples,), int32
+            Index of the nearest row of ``V`` for every row of ``X``.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.nearest_rows(np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 5.0]]))
+        array([0, 1], dtype=int32)
         """
         X, dtype, n_threads = self._check_rows(X, n_threads, "nearest_rows")
         X = np.ascontiguousarray(X, dtype=dtype)
@@ -459,6 +538,17 @@ class SparseFactors:
 
         Computed in float64 on blocks of 256 rows (``e_kᵀ V`` by the
         transposed operator), so memory stays ``O(256·D)``.
+
+        Returns
+        -------
+        ndarray of shape (K,), float64
+            The squared Euclidean norm of every row of ``V``.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> V.row_norms_sq()
+        array([20., 36.])
         """
         K = self._shape[0]
         T64 = self.T.astype(np.float64)
@@ -477,6 +567,18 @@ class SparseFactors:
         format version, λ, dtype and shapes) and each factor's CSR arrays.
 
         Fits in any array container (``.npz``, a Zarr group); see :meth:`from_arrays`.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``header`` and ``factor{q}_data``, ``factor{q}_indices``,
+            ``factor{q}_indptr`` for every factor ``q`` (0-based).
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> sorted(V.to_arrays())[:3]
+        ['factor0_data', 'factor0_indices', 'factor0_indptr']
         """
         header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "lam": self._lam,
                   "dtype": self._dtype.name, "n_factors": self.n_factors,
@@ -490,7 +592,26 @@ class SparseFactors:
 
     @classmethod
     def from_arrays(cls, arrays, source="arrays"):
-        """Rebuild an operator from :meth:`to_arrays`' output (checked: format, version)."""
+        """Rebuild an operator from :meth:`to_arrays`' output (checked: format, version).
+
+        Parameters
+        ----------
+        arrays : mapping of str to array-like
+            What :meth:`to_arrays` returned (or an ``NpzFile``, a Zarr group).
+        source : str, default="arrays"
+            Named in the ``ValueError`` raised for a wrong format or version.
+
+        Returns
+        -------
+        SparseFactors
+            The operator the arrays describe.
+
+        Examples
+        --------
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> SparseFactors.from_arrays(V.to_arrays()).allclose(V)
+        True
+        """
         try:
             raw = np.asarray(arrays["header"])
             text = bytes(raw).decode() if raw.dtype == np.uint8 else str(raw[()])
@@ -514,12 +635,49 @@ class SparseFactors:
     def save(self, path):
         """Write ``.npz`` arrays (no pickle) with a JSON header carrying a format version.
 
-        ``path`` is a filename (used as given, no suffix added) or a binary
-        file object.
+        Parameters
+        ----------
+        path : str, path-like or binary file object
+            A filename (used as given, no suffix added) or a binary file.
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> import io
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> buffer = io.BytesIO()
+        >>> V.save(buffer)
+        >>> _ = buffer.seek(0)
+        >>> SparseFactors.load(buffer).allclose(V)
+        True
         """
         write_arrays(path, self.to_arrays())
 
     @classmethod
     def load(cls, path):
-        """Read a file written by :meth:`save` (``allow_pickle=False``)."""
+        """Read a file written by :meth:`save` (``allow_pickle=False``).
+
+        Parameters
+        ----------
+        path : str, path-like or binary file object
+            What :meth:`save` wrote.
+
+        Returns
+        -------
+        SparseFactors
+            The saved operator (``ValueError`` naming ``path`` otherwise).
+
+        Examples
+        --------
+        >>> import io
+        >>> V = SparseFactors([np.eye(2), np.array([[1.0, 2.0, 0.0], [0.0, 0.0, 3.0]])], lam=2.0)
+        >>> buffer = io.BytesIO()
+        >>> V.save(buffer)
+        >>> _ = buffer.seek(0)
+        >>> SparseFactors.load(buffer)
+        SparseFactors(shape=(2, 3), n_factors=2, nnz=5, dtype=float64, lam=2.0)
+        """
         return cls.from_arrays(read_arrays(path), source=path)
