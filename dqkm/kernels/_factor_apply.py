@@ -471,3 +471,56 @@ def _top_eig(G, v, few):
             return max(new, rho), v
         rho = new
     return rho, v
+
+
+# ------------------------------------------------ palm4MSA's gradient through the left chain
+
+
+@njit(cache=True, nogil=True)
+def _chain_steps(a, b, t, order, indptr, indices, data, poffs, ioffs, shapes):  # OUT a, b
+    # applies the factors ``order[0]``, ``order[1]``, … (in that order) to the (·, t) tile
+    # in ``a``, ping-ponging with ``b``: the result is in ``a`` for an even number of
+    # factors, in ``b`` for an odd one
+    for k in range(order.size):
+        f = order[k]
+        if k % 2 == 0:
+            _csr_rows_times(b, a, t, indptr, indices, data, poffs[f], ioffs[f], shapes[f, 0])
+        else:
+            _csr_rows_times(a, b, t, indptr, indices, data, poffs[f], ioffs[f], shapes[f, 0])
+
+
+@njit(cache=True, nogil=True)
+def left_chain_gradient(X, Tt, d, lam, out, tile, ld, fwd, bwd, indptr, indices, data,
+                        poffs, ioffs, shapes):  # OUT out
+    """``out = λ·Lᵀ(λ·L·X − Ttᵀ)`` with ``L = diag(d)·F_a···F_b`` applied as sparse
+    operators, tile by tile of ``t`` columns of ``X`` (r × c): each tile goes through
+    the chain ``L`` (factors ``fwd``, last first), the scaling and subtraction, and
+    the chain ``Lᵀ`` (transposed factors ``bwd``) inside two ``(max dim, ld)``
+    buffers, so no K × c intermediate is written.  ``Tt`` is c × K (``(A Rᵀ)ᵀ``).
+    The tiles are computed in ``X``'s dtype (``data`` the same), ``out`` is float64.
+    """
+    r, c = X.shape
+    K = d.size
+    maxdim = max(K, shapes.max(), r)
+    bufa = np.empty((maxdim, ld), dtype=X.dtype)
+    bufb = np.empty((maxdim, ld), dtype=X.dtype)
+    for j0 in range(0, c, tile):
+        t = min(tile, c - j0)
+        for i in range(r):
+            xr = X[i]
+            br = bufa[i]
+            for k in range(t):
+                br[k] = xr[j0 + k]
+        _chain_steps(bufa, bufb, t, fwd, indptr, indices, data, poffs, ioffs, shapes)
+        mid, other = (bufa, bufb) if fwd.size % 2 == 0 else (bufb, bufa)
+        for k in range(t):
+            trow = Tt[j0 + k]
+            for i in range(K):
+                mid[i, k] = d[i] * (lam * d[i] * mid[i, k] - trow[i])
+        _chain_steps(mid, other, t, bwd, indptr, indices, data, poffs, ioffs, shapes)
+        src = mid if bwd.size % 2 == 0 else other
+        for i in range(r):
+            orow = out[i]
+            sr = src[i]
+            for k in range(t):
+                orow[j0 + k] = lam * sr[k]

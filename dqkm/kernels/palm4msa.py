@@ -60,7 +60,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
+from ._factor_apply import (_Factor, _chain_top_eig, _support_dot, _top_eig, choose_tile,
+                            left_chain_gradient)
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
@@ -75,6 +76,9 @@ _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step
 # a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
 # estimate that picks the through-the-factors product or the cached dense one
 _GEMM_GAIN = 8.0
+# dtype of the gradient's products through the left chain: float32, as the reference's
+# gradient GEMMs (the gradient only sets the step; every objective is float64)
+_GRAD_DTYPE = np.float32
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,8 @@ def _exact_error(A, d, mats, lam):
 
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
+
+    chains = None  # the sweep's _LeftChains (method="factors")
 
     def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
@@ -209,6 +215,47 @@ def _left_tapply(st, q, Y):
     return Y
 
 
+class _LeftChains:
+    """The left factors of a sweep (old, unchanged while it runs) flattened once for
+    :func:`left_chain_gradient`: ``S_j`` is factor ``j``, ``S_jᵀ`` factor ``n + j``."""
+
+    def __init__(self, facs):
+        n = len(facs)
+        mats = [f.csr_all() for f in facs]
+        shapes = [f.dense.shape for f in facs]
+        for (ip, ix, dv), (r, c) in zip(list(mats), list(shapes)):
+            T = sp.csr_matrix((dv, ix, ip), shape=(r, c)).T.tocsr()
+            mats.append((T.indptr, T.indices, T.data))
+            shapes.append((c, r))
+        self.n = n
+        self.shapes = np.array(shapes, dtype=np.int64).reshape(-1, 2)
+        self.poffs = np.zeros(2 * n, dtype=np.int64)
+        self.ioffs = np.zeros(2 * n, dtype=np.int64)
+        p = i = 0
+        for j, (ip, ix, _) in enumerate(mats):
+            self.poffs[j], self.ioffs[j] = p, i
+            p += ip.size
+            i += ix.size
+        cat = (lambda k, dt: np.concatenate([m[k].astype(dt) for m in mats])
+               if mats else np.zeros(0, dt))
+        self.indptr, self.indices = cat(0, np.int64), cat(1, np.int64)
+        self.data = cat(2, _GRAD_DTYPE)
+
+    def gradient(self, q, X, Tt, d, lam):
+        """``λ·Lᵀ(λ·L·X − Ttᵀ)``, ``L = diag(d)·S_0···S_{q-1}``, through the factors
+        (in ``_GRAD_DTYPE``, as the reference's GEMMs)."""
+        X32 = np.ascontiguousarray(X, dtype=_GRAD_DTYPE)
+        out = np.empty(X.shape)
+        maxdim = max(d.size, X.shape[0], int(self.shapes[:q].max()))
+        tile, ld = choose_tile(maxdim, np.dtype(_GRAD_DTYPE).itemsize, X.shape[1])
+        fwd = np.arange(q - 1, -1, -1, dtype=np.int64)
+        bwd = self.n + np.arange(q, dtype=np.int64)
+        left_chain_gradient(X32, np.ascontiguousarray(Tt, dtype=_GRAD_DTYPE), d, float(lam), out,
+                            tile, ld, fwd, bwd, self.indptr, self.indices, self.data, self.poffs,
+                            self.ioffs, self.shapes)
+        return out
+
+
 def _left_cheaper(st, q, fac, p):
     """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
     products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
@@ -236,8 +283,7 @@ def _gradient(st, q, fac, SGR, ctx):
     if GL.ndim == 1:
         return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
     if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
-        Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
-        return lam * _left_tapply(st, q, Y)
+        return st.chains.gradient(q, SGR, ctx.Rt, st.d, lam)
     return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
 
 
@@ -314,6 +360,8 @@ def _sweep(st, guard):
     """
     facs, d, lam = st.facs, st.d, st.lam
     Q = len(facs)
+    if st.through:
+        st.chains = _LeftChains(facs[:Q - 1])
     # left parts with the old factors: Lᵀ_q (r_q × K) and GL_q = Lᵀ_q L_q
     Lt = [None] * Q
     GL = [None] * Q
