@@ -34,14 +34,20 @@ Through the factors (``method="factors"``, the default)
 ------------------------------------------------------
 The two GEMMs above cost r·K·c + r²·c per factor, Q·A³ per sweep for K = D =
 A.  The default path replaces them by applying the left chain as sparse
-operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``4·c·Σ_{j<q} nnz(S_j)``
-(O(Q²·s·A²) per sweep), and is chosen per factor when that is below the
-GEMMs' flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR
-row-add's).  Likewise for the last factor the objective is ``‖A − λ L S‖²``
+operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``2·c·Σ_{j<q} nnz(S_j)``
+multiply-adds (O(Q²·s·A²) per sweep) in one tiled numba kernel
+(:mod:`._palm_chains`): column tiles of ``S·GR`` go through ``L``, the
+subtraction and ``Lᵀ`` inside two cache-resident buffers, in float32 like the
+reference's GEMMs.  It is chosen per factor when that is below the GEMMs'
+flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR row-add's).
+The Grams that remain dense (``GL``, ``GR``, needed by the float64 objective)
+are updated by products with one sparse factor whose transposes stay inside
+cache-sized tiles (``S·GR·Sᵀ = (S·GR)·Sᵀ``, ``Sᵀ·GL·S = (Sᵀ·GL)·S``), never a
+transposed dense copy.  For the last factor the objective is ``‖A − λ L S‖²``
 with ``L S`` through the chain, the errors are the product formed right to
 left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
 through the chains (``chain_gram_top_eig``).  Same iterates as
-``method="dense"`` (the reference) to rounding.
+``method="dense"`` (the reference, kept as it was) to rounding.
 
 References
 ----------
@@ -60,8 +66,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import (_Factor, _chain_top_eig, _support_dot, _top_eig, choose_tile,
-                            left_chain_gradient)
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, tdot
+from ._palm_chains import _Chains
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
@@ -76,9 +82,6 @@ _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step
 # a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
 # estimate that picks the through-the-factors product or the cached dense one
 _GEMM_GAIN = 8.0
-# dtype of the gradient's products through the left chain: float32, as the reference's
-# gradient GEMMs (the gradient only sets the step; every objective is float64)
-_GRAD_DTYPE = np.float32
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def _exact_error(A, d, mats, lam):
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
-    chains = None  # the sweep's _LeftChains (method="factors")
+    chains = None  # the sweep's left factors as _Chains (method="factors")
 
     def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
@@ -215,47 +218,6 @@ def _left_tapply(st, q, Y):
     return Y
 
 
-class _LeftChains:
-    """The left factors of a sweep (old, unchanged while it runs) flattened once for
-    :func:`left_chain_gradient`: ``S_j`` is factor ``j``, ``S_jᵀ`` factor ``n + j``."""
-
-    def __init__(self, facs):
-        n = len(facs)
-        mats = [f.csr_all() for f in facs]
-        shapes = [f.dense.shape for f in facs]
-        for (ip, ix, dv), (r, c) in zip(list(mats), list(shapes)):
-            T = sp.csr_matrix((dv, ix, ip), shape=(r, c)).T.tocsr()
-            mats.append((T.indptr, T.indices, T.data))
-            shapes.append((c, r))
-        self.n = n
-        self.shapes = np.array(shapes, dtype=np.int64).reshape(-1, 2)
-        self.poffs = np.zeros(2 * n, dtype=np.int64)
-        self.ioffs = np.zeros(2 * n, dtype=np.int64)
-        p = i = 0
-        for j, (ip, ix, _) in enumerate(mats):
-            self.poffs[j], self.ioffs[j] = p, i
-            p += ip.size
-            i += ix.size
-        cat = (lambda k, dt: np.concatenate([m[k].astype(dt) for m in mats])
-               if mats else np.zeros(0, dt))
-        self.indptr, self.indices = cat(0, np.int64), cat(1, np.int64)
-        self.data = cat(2, _GRAD_DTYPE)
-
-    def gradient(self, q, X, Tt, d, lam):
-        """``λ·Lᵀ(λ·L·X − Ttᵀ)``, ``L = diag(d)·S_0···S_{q-1}``, through the factors
-        (in ``_GRAD_DTYPE``, as the reference's GEMMs)."""
-        X32 = np.ascontiguousarray(X, dtype=_GRAD_DTYPE)
-        out = np.empty(X.shape)
-        maxdim = max(d.size, X.shape[0], int(self.shapes[:q].max()))
-        tile, ld = choose_tile(maxdim, np.dtype(_GRAD_DTYPE).itemsize, X.shape[1])
-        fwd = np.arange(q - 1, -1, -1, dtype=np.int64)
-        bwd = self.n + np.arange(q, dtype=np.int64)
-        left_chain_gradient(X32, np.ascontiguousarray(Tt, dtype=_GRAD_DTYPE), d, float(lam), out,
-                            tile, ld, fwd, bwd, self.indptr, self.indices, self.data, self.poffs,
-                            self.ioffs, self.shapes)
-        return out
-
-
 def _left_cheaper(st, q, fac, p):
     """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
     products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
@@ -283,7 +245,8 @@ def _gradient(st, q, fac, SGR, ctx):
     if GL.ndim == 1:
         return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
     if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
-        return st.chains.gradient(q, SGR, ctx.Rt, st.d, lam)
+        fwd = np.arange(q - 1, -1, -1)
+        return st.chains.gradient(fwd, st.chains.n + fwd[::-1], SGR, ctx.Rt, st.d, lam)
     return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
 
 
@@ -302,7 +265,7 @@ def _objective(st, ctx, fac):
         return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
         SAt = fac.mul(ctx.Rt)
-        SSt = fac.mul(np.ascontiguousarray(S.T))
+        SSt = fac.times_t(S) if st.through else fac.mul(np.ascontiguousarray(S.T))
         if ctx.Lt.ndim == 1:
             lin = float(np.dot(ctx.Lt, np.diagonal(SAt)))
         else:
@@ -314,9 +277,13 @@ def _objective(st, ctx, fac):
         extra = (SAt, SSt)
     else:
         SGR = fac.mul(ctx.GR)
-        GLS = ctx.GL[:, None] * S if ctx.GL.ndim == 1 else fac.tmul(ctx.GL).T
         lin = ctx.lin(fac)
-        quad = float(np.vdot(GLS, SGR))
+        if ctx.GL.ndim == 1:
+            quad = float(np.vdot(ctx.GL[:, None] * S, SGR))
+        elif st.through:  # ⟨GL S, S GR⟩ with GL S = (Sᵀ GL)ᵀ (GL symmetric), no copy
+            quad = tdot(fac.tmul(ctx.GL), SGR)
+        else:
+            quad = float(np.vdot(fac.tmul(ctx.GL).T, SGR))
         extra = SGR
     return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, extra
 
@@ -361,7 +328,7 @@ def _sweep(st, guard):
     facs, d, lam = st.facs, st.d, st.lam
     Q = len(facs)
     if st.through:
-        st.chains = _LeftChains(facs[:Q - 1])
+        st.chains = _Chains(facs[:Q - 1])
     # left parts with the old factors: Lᵀ_q (r_q × K) and GL_q = Lᵀ_q L_q
     Lt = [None] * Q
     GL = [None] * Q
@@ -376,7 +343,8 @@ def _sweep(st, guard):
                 GL[1] = prev.tmul(GL[0][:, None] * prev.dense)
             else:
                 Lt[q] = prev.tmul(Lt[q - 1])
-                GL[q] = prev.tmul(prev.tmul(GL[q - 1]).T)
+                Y = prev.tmul(GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
+                GL[q] = prev.times(Y) if st.through else prev.tmul(Y.T)
     Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
@@ -414,13 +382,16 @@ def _sweep(st, guard):
             # fold the (new) factor into the right part for factor q − 1
             if GR is None:
                 if SGR_new is None:
-                    SGR_new = (fac.mul(st.At), fac.mul(np.ascontiguousarray(fac.dense.T)))
+                    SGR_new = (fac.mul(st.At), fac.times_t(fac.dense) if st.through
+                               else fac.mul(np.ascontiguousarray(fac.dense.T)))
                 Tt, GR = SGR_new
             else:
                 Tt = fac.mul(Tt)
                 if SGR_new is None:
                     SGR_new = fac.mul(GR)
-                GR = fac.mul(np.ascontiguousarray(SGR_new.T))
+                # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
+                GR = (fac.times_t(SGR_new) if st.through
+                      else fac.mul(np.ascontiguousarray(SGR_new.T)))
         last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
     f0, lin, quad, _ = _objective(st, last_ctx, facs[0])
