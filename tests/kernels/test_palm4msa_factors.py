@@ -111,12 +111,14 @@ def test_bad_method():
         hierarchical_palm4msa(np.ones((4, 4)), split_tol=-1)
 
 
-def test_left_chain_gradient_kernel_equals_the_dense_formula():
+def test_left_chain_gradient_kernel_equals_the_dense_formula(monkeypatch):
     """The tiled kernel computes ``λ·Lᵀ(λ·diag(d)·M·X − Ttᵀ)`` with ``M`` a chain of
     rectangular sparse factors (its transposes applied on the way back), and the
     tiled one-factor products ``X·Sᵀ``, ``X·S`` equal the dense ones."""
+    from dqkm.kernels import _palm_chains
     from dqkm.kernels._factor_apply import _Factor
-    from dqkm.kernels._palm_chains import _Chains
+
+    monkeypatch.setattr(_palm_chains, "_GRAD_DTYPE", np.float64)  # exact to rounding
 
     rng = np.random.default_rng(7)
     shapes = [(40, 24), (24, 56), (56, 24)]  # K = 40, the chain maps 24 columns to 40 rows
@@ -127,8 +129,7 @@ def test_left_chain_gradient_kernel_equals_the_dense_formula():
     X = rng.standard_normal((24, 70))  # more columns than one tile
     Tt = rng.standard_normal((70, 40))
     d = rng.random(40) + 0.5
-    ch = _Chains(facs)
-    ch.data = ch.data.astype(np.float64)  # the kernel in float64: exact to rounding
+    ch = _palm_chains._Chains(facs)
     fwd = np.array([2, 1, 0])
     got = ch.gradient(fwd, 3 + fwd[::-1], X, Tt, d, 0.7)
     L = d[:, None] * (facs[0].dense @ facs[1].dense @ facs[2].dense)
