@@ -82,6 +82,7 @@ _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step
 # a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
 # estimate that picks the through-the-factors product or the cached dense one
 _GEMM_GAIN = 8.0
+_TILED_ABOVE = 128 * 128  # operand size from which _tiled products are used
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,13 @@ def _left_tapply(st, q, Y):
     return Y
 
 
+def _tiled(st, X):
+    """Whether the through path forms a product with a transposed operand by the tiled
+    kernels (large operands: no transposed copy) rather than copy-then-multiply (small
+    ones, where the kernels' set-up costs more than the copy)."""
+    return st.through and X.size >= _TILED_ABOVE
+
+
 def _left_cheaper(st, q, fac, p):
     """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
     products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
@@ -245,6 +253,11 @@ def _gradient(st, q, fac, SGR, ctx):
     if GL.ndim == 1:
         return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
     if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
+        if not _tiled(st, SGR):  # small: the plain products, no kernel set-up
+            Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
+            return lam * _left_tapply(st, q, Y)
+        if st.chains is None:  # the left factors are the old ones for the whole sweep
+            st.chains = _Chains(st.facs[:q])
         fwd = np.arange(q - 1, -1, -1)
         return st.chains.gradient(fwd, st.chains.n + fwd[::-1], SGR, ctx.Rt, st.d, lam)
     return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
@@ -265,7 +278,7 @@ def _objective(st, ctx, fac):
         return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
         SAt = fac.mul(ctx.Rt)
-        SSt = fac.times_t(S) if st.through else fac.mul(np.ascontiguousarray(S.T))
+        SSt = fac.times_t(S) if _tiled(st, S) else fac.mul(np.ascontiguousarray(S.T))
         if ctx.Lt.ndim == 1:
             lin = float(np.dot(ctx.Lt, np.diagonal(SAt)))
         else:
@@ -328,7 +341,7 @@ def _sweep(st, guard):
     facs, d, lam = st.facs, st.d, st.lam
     Q = len(facs)
     if st.through:
-        st.chains = _Chains(facs[:Q - 1])
+        st.chains = None  # built when a gradient first goes through the chain
     # left parts with the old factors: Lᵀ_q (r_q × K) and GL_q = Lᵀ_q L_q
     Lt = [None] * Q
     GL = [None] * Q
@@ -344,7 +357,7 @@ def _sweep(st, guard):
             else:
                 Lt[q] = prev.tmul(Lt[q - 1])
                 Y = prev.tmul(GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
-                GL[q] = prev.times(Y) if st.through else prev.tmul(Y.T)
+                GL[q] = prev.times(Y) if _tiled(st, Y) else prev.tmul(Y.T)
     Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
@@ -382,7 +395,7 @@ def _sweep(st, guard):
             # fold the (new) factor into the right part for factor q − 1
             if GR is None:
                 if SGR_new is None:
-                    SGR_new = (fac.mul(st.At), fac.times_t(fac.dense) if st.through
+                    SGR_new = (fac.mul(st.At), fac.times_t(fac.dense) if _tiled(st, fac.dense)
                                else fac.mul(np.ascontiguousarray(fac.dense.T)))
                 Tt, GR = SGR_new
             else:
@@ -390,7 +403,7 @@ def _sweep(st, guard):
                 if SGR_new is None:
                     SGR_new = fac.mul(GR)
                 # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
-                GR = (fac.times_t(SGR_new) if st.through
+                GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
                       else fac.mul(np.ascontiguousarray(SGR_new.T)))
         last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)

@@ -138,3 +138,15 @@ def test_left_chain_gradient_kernel_equals_the_dense_formula(monkeypatch):
     Y = rng.standard_normal((33, 24))
     np.testing.assert_allclose(facs[1].times(Y), Y @ facs[1].dense, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(facs[0].times_t(Y), Y @ facs[0].dense.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(24, 80), (48, 48), (80, 24)], ids=["K<D", "K=D", "K>D"])
+def test_tiled_kernels_equal_dense_reference(digits, shape, monkeypatch):
+    """The tiled gradient kernel and the tiled Gram products (used from 128 × 128
+    operands on) give the reference's iterates on small targets too, forced on here."""
+    monkeypatch.setattr(_palm_module, "_TILED_ABOVE", 0)
+    cons = default_constraints(*shape, sparsity=3)
+    for kind in ("random", "digits"):
+        A = _target(kind, *shape, digits)
+        kw = dict(n_iter=12, tol=0, adaptive_step=True)
+        _same(palm4msa(A, cons, method="factors", **kw), palm4msa(A, cons, method="dense", **kw))
