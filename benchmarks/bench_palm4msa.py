@@ -239,8 +239,10 @@ def init_row(n):
 SPEED_NOTES = """What is measured: `--speed` runs palm4MSA iterations (adaptive step, safeguard on, the
 QK-means setting) on a K = D random Gaussian target, Splincol(5) factors, Q = log2 K,
 from the same 2-iteration warm start, once through the sparse factors (the default
-`method="factors"`) and once with the dense reference path (`method="dense"`, the
-implementation that formed r×K×c products of the factor chains); seconds per iteration
+`method="factors"`: the gradient through the left chain in one tiled kernel, the
+Grams updated by one-factor products without transposed copies) and once with the
+dense reference path (`method="dense"`, the implementation that formed r×K×c products
+of the factor chains, kept unchanged); seconds per iteration
 are medians of the time between callbacks, single-threaded BLAS for both.  The errors
 after the same iterations agree to rounding (the reference forms its gradient in
 float32).  The hierarchical row is the initial factorisation as `QKMeans` runs it with

@@ -22,6 +22,7 @@ numba threads (``prange`` over workers, each with its own buffers).
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit, prange
 
 from .lloyd import _argmin_columns
@@ -387,7 +388,7 @@ _DENSE_ABOVE = 0.25  # nnz / size above which a factor is multiplied with BLAS
 class _Factor:
     """One factor as a dense float64 array plus CSR arrays when sparse enough."""
 
-    __slots__ = ("dense", "csr", "cost", "_all")
+    __slots__ = ("dense", "csr", "cost", "_all", "_t")
 
     def __init__(self, dense):
         self.dense = np.ascontiguousarray(dense, dtype=np.float64)
@@ -395,6 +396,7 @@ class _Factor:
         self.csr = _dense_to_csr(self.dense) if nnz <= _DENSE_ABOVE * self.dense.size else None
         self.cost = float(nnz if self.csr is not None else self.dense.size)  # multiply-adds per column
         self._all = self.csr
+        self._t = None
 
     def csr_all(self):
         """CSR arrays also for a dense factor (for the power iterations through the chain)."""
@@ -408,11 +410,81 @@ class _Factor:
             return self.dense @ X
         return _csr_mm(*self.csr, np.ascontiguousarray(X))
 
+    def times_t(self, X):
+        """``X @ Sᵀ`` (X of shape p × c) by the tiled row kernel (the transposes stay
+        inside cache-sized tiles; no transposed copy of X is made)."""
+        if self.csr is None:
+            return X @ self.dense.T
+        return _rows_times(_contig(X), *self.csr, self.dense.shape)
+
+    def times(self, X):
+        """``X @ S`` (X of shape p × r), as :meth:`times_t` with ``Sᵀ``'s CSR arrays."""
+        if self.csr is None:
+            return X @ self.dense
+        if self._t is None:
+            self._t = _csr_transpose(*self.csr, self.dense.shape[1])
+        return _rows_times(_contig(X), *self._t, self.dense.shape[::-1])
+
     def tmul(self, X):
         """``Sᵀ @ X``, X (r × p) C-ordered."""
         if self.csr is None:
             return self.dense.T @ X
         return _csr_tmm(*self.csr, np.ascontiguousarray(X), self.dense.shape[1])
+
+
+@njit(cache=True, nogil=True)
+def transpose(X):
+    """``X.T`` as a new C-ordered array, copied in 32 × 32 blocks (cache friendly)."""
+    m, n = X.shape
+    out = np.empty((n, m), dtype=X.dtype)
+    for i0 in range(0, m, 32):
+        i1 = min(i0 + 32, m)
+        for j0 in range(0, n, 32):
+            j1 = min(j0 + 32, n)
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    out[j, i] = X[i, j]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def tdot(Y, Z):
+    """``⟨Yᵀ, Z⟩ = Σ_ij Y[j, i]·Z[i, j]`` in 32 × 32 blocks (no transposed copy)."""
+    m, n = Z.shape
+    tot = 0.0
+    for i0 in range(0, m, 32):
+        i1 = min(i0 + 32, m)
+        for j0 in range(0, n, 32):
+            j1 = min(j0 + 32, n)
+            for j in range(j0, j1):
+                for i in range(i0, i1):
+                    tot += Y[j, i] * Z[i, j]
+    return tot
+
+
+def _contig(X):
+    """C-ordered ``X``: a transposed view is copied blockwise (:func:`transpose`)."""
+    if X.flags.c_contiguous:
+        return X
+    if X.ndim == 2 and X.T.flags.c_contiguous:
+        return transpose(X.T)
+    return np.ascontiguousarray(X)
+
+
+def _csr_transpose(indptr, indices, data, c):
+    """CSR arrays of ``Sᵀ`` (c × r) from those of ``S``."""
+    r = indptr.size - 1
+    T = sp.csr_matrix((data, indices, indptr), shape=(r, c)).T.tocsr()
+    return T.indptr.astype(np.int64), T.indices.astype(np.int64), T.data
+
+
+def _rows_times(X, indptr, indices, data, shape):
+    """``X @ Sᵀ`` for one CSR factor ``S`` of the given shape: :func:`apply_rows_serial`."""
+    out = np.empty((X.shape[0], shape[0]))
+    tile, ld = choose_tile(max(shape), 8, X.shape[0])
+    apply_rows_serial(X, out, tile, ld, np.array([shape], dtype=np.int64), indptr, indices,
+                      data, np.zeros(1, np.int64), np.zeros(1, np.int64))
+    return out
 
 
 def _lmul(G, X):

@@ -34,14 +34,20 @@ Through the factors (``method="factors"``, the default)
 ------------------------------------------------------
 The two GEMMs above cost r·K·c + r²·c per factor, Q·A³ per sweep for K = D =
 A.  The default path replaces them by applying the left chain as sparse
-operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``4·c·Σ_{j<q} nnz(S_j)``
-(O(Q²·s·A²) per sweep), and is chosen per factor when that is below the
-GEMMs' flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR
-row-add's).  Likewise for the last factor the objective is ``‖A − λ L S‖²``
+operators: ``½∇f = λ Lᵀ(λ L·(S·GR) − A Rᵀ)`` costs ``2·c·Σ_{j<q} nnz(S_j)``
+multiply-adds (O(Q²·s·A²) per sweep) in one tiled numba kernel
+(:mod:`._palm_chains`): column tiles of ``S·GR`` go through ``L``, the
+subtraction and ``Lᵀ`` inside two cache-resident buffers, in float32 like the
+reference's GEMMs.  It is chosen per factor when that is below the GEMMs'
+flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR row-add's).
+The Grams that remain dense (``GL``, ``GR``, needed by the float64 objective)
+are updated by products with one sparse factor whose transposes stay inside
+cache-sized tiles (``S·GR·Sᵀ = (S·GR)·Sᵀ``, ``Sᵀ·GL·S = (Sᵀ·GL)·S``), never a
+transposed dense copy.  For the last factor the objective is ``‖A − λ L S‖²``
 with ``L S`` through the chain, the errors are the product formed right to
 left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
 through the chains (``chain_gram_top_eig``).  Same iterates as
-``method="dense"`` (the reference) to rounding.
+``method="dense"`` (the reference, kept as it was) to rounding.
 
 References
 ----------
@@ -60,7 +66,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, tdot
+from ._palm_chains import _Chains
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
 from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
@@ -75,6 +82,7 @@ _MIN_STEP_SCALE = 2.0**-6  # smallest multiplier of c tried by the adaptive step
 # a flop of a float32 GEMM against a flop of a CSR row-add kernel (float64): the cost
 # estimate that picks the through-the-factors product or the cached dense one
 _GEMM_GAIN = 8.0
+_TILED_ABOVE = 128 * 128  # operand size from which _tiled products are used
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,8 @@ def _exact_error(A, d, mats, lam):
 
 class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
+
+    chains = None  # the sweep's left factors as _Chains (method="factors")
 
     def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
@@ -221,6 +231,13 @@ def _left_tapply(st, q, Y):
     return Y
 
 
+def _tiled(st, X):
+    """Whether the through path forms a product with a transposed operand by the tiled
+    kernels (large operands: no transposed copy) rather than copy-then-multiply (small
+    ones, where the kernels' set-up costs more than the copy)."""
+    return st.through and X.size >= _TILED_ABOVE
+
+
 def _left_cheaper(st, q, fac, p):
     """Whether ``L·X`` (X of shape r_q × p) through the factors costs less than the
     products with the cached dense ``Lᵀ`` / ``GL`` (the cost estimate of the
@@ -248,8 +265,13 @@ def _gradient(st, q, fac, SGR, ctx):
     if GL.ndim == 1:
         return lam * lam * (GL[:, None] * SGR) - lam * ctx.C32()
     if st.through and _left_cheaper(st, q, fac, 2 * SGR.shape[1]):
-        Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
-        return lam * _left_tapply(st, q, Y)
+        if not _tiled(st, SGR):  # small: the plain products, no kernel set-up
+            Y = lam * _left_apply(st, q, SGR) - (st.A if ctx.GR is None else ctx.Rt.T)
+            return lam * _left_tapply(st, q, Y)
+        if st.chains is None:  # the left factors are the old ones for the whole sweep
+            st.chains = _Chains(st.facs[:q])
+        fwd = np.arange(q - 1, -1, -1)
+        return st.chains.gradient(fwd, st.chains.n + fwd[::-1], SGR, ctx.Rt, st.d, lam)
     return lam * lam * (GL.astype(np.float32) @ SGR.astype(np.float32)) - lam * ctx.C32()
 
 
@@ -268,7 +290,7 @@ def _objective(st, ctx, fac):
         return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
         SAt = fac.mul(ctx.Rt)
-        SSt = fac.mul(np.ascontiguousarray(S.T))
+        SSt = fac.times_t(S) if _tiled(st, S) else fac.mul(np.ascontiguousarray(S.T))
         if ctx.Lt.ndim == 1:
             lin = float(np.dot(ctx.Lt, np.diagonal(SAt)))
         else:
@@ -280,9 +302,13 @@ def _objective(st, ctx, fac):
         extra = (SAt, SSt)
     else:
         SGR = fac.mul(ctx.GR)
-        GLS = ctx.GL[:, None] * S if ctx.GL.ndim == 1 else fac.tmul(ctx.GL).T
         lin = ctx.lin(fac)
-        quad = float(np.vdot(GLS, SGR))
+        if ctx.GL.ndim == 1:
+            quad = float(np.vdot(ctx.GL[:, None] * S, SGR))
+        elif st.through:  # ⟨GL S, S GR⟩ with GL S = (Sᵀ GL)ᵀ (GL symmetric), no copy
+            quad = tdot(fac.tmul(ctx.GL), SGR)
+        else:
+            quad = float(np.vdot(fac.tmul(ctx.GL).T, SGR))
         extra = SGR
     return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, extra
 
@@ -326,6 +352,8 @@ def _sweep(st, guard):
     """
     facs, d, lam = st.facs, st.d, st.lam
     Q = len(facs)
+    if st.through:
+        st.chains = None  # built when a gradient first goes through the chain
     # left parts with the old factors: Lᵀ_q (r_q × K) and GL_q = Lᵀ_q L_q
     Lt = [None] * Q
     GL = [None] * Q
@@ -340,7 +368,8 @@ def _sweep(st, guard):
                 GL[1] = prev.tmul(GL[0][:, None] * prev.dense)
             else:
                 Lt[q] = prev.tmul(Lt[q - 1])
-                GL[q] = prev.tmul(prev.tmul(GL[q - 1]).T)
+                Y = prev.tmul(GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
+                GL[q] = prev.times(Y) if _tiled(st, Y) else prev.tmul(Y.T)
     Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
@@ -378,13 +407,16 @@ def _sweep(st, guard):
             # fold the (new) factor into the right part for factor q − 1
             if GR is None:
                 if SGR_new is None:
-                    SGR_new = (fac.mul(st.At), fac.mul(np.ascontiguousarray(fac.dense.T)))
+                    SGR_new = (fac.mul(st.At), fac.times_t(fac.dense) if _tiled(st, fac.dense)
+                               else fac.mul(np.ascontiguousarray(fac.dense.T)))
                 Tt, GR = SGR_new
             else:
                 Tt = fac.mul(Tt)
                 if SGR_new is None:
                     SGR_new = fac.mul(GR)
-                GR = fac.mul(np.ascontiguousarray(SGR_new.T))
+                # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
+                GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
+                      else fac.mul(np.ascontiguousarray(SGR_new.T)))
         last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
     f0, lin, quad, _ = _objective(st, last_ctx, facs[0])

@@ -109,3 +109,44 @@ def test_bad_method():
     with pytest.raises(ValueError, match="'split_tol' parameter of hierarchical_palm4msa must "
                                          "be a float >= 0. Got -1"):
         hierarchical_palm4msa(np.ones((4, 4)), split_tol=-1)
+
+
+def test_left_chain_gradient_kernel_equals_the_dense_formula(monkeypatch):
+    """The tiled kernel computes ``λ·Lᵀ(λ·diag(d)·M·X − Ttᵀ)`` with ``M`` a chain of
+    rectangular sparse factors (its transposes applied on the way back), and the
+    tiled one-factor products ``X·Sᵀ``, ``X·S`` equal the dense ones."""
+    from dqkm.kernels import _palm_chains
+    from dqkm.kernels._factor_apply import _Factor
+
+    monkeypatch.setattr(_palm_chains, "_GRAD_DTYPE", np.float64)  # exact to rounding
+
+    rng = np.random.default_rng(7)
+    shapes = [(40, 24), (24, 56), (56, 24)]  # K = 40, the chain maps 24 columns to 40 rows
+    facs = []
+    for r, c in shapes:
+        M = rng.standard_normal((r, c)) * (rng.random((r, c)) < 0.15)
+        facs.append(_Factor(M))
+    X = rng.standard_normal((24, 70))  # more columns than one tile
+    Tt = rng.standard_normal((70, 40))
+    d = rng.random(40) + 0.5
+    ch = _palm_chains._Chains(facs)
+    fwd = np.array([2, 1, 0])
+    got = ch.gradient(fwd, 3 + fwd[::-1], X, Tt, d, 0.7)
+    L = d[:, None] * (facs[0].dense @ facs[1].dense @ facs[2].dense)
+    want = 0.7 * L.T @ (0.7 * L @ X - Tt.T)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+    Y = rng.standard_normal((33, 24))
+    np.testing.assert_allclose(facs[1].times(Y), Y @ facs[1].dense, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(facs[0].times_t(Y), Y @ facs[0].dense.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(24, 80), (48, 48), (80, 24)], ids=["K<D", "K=D", "K>D"])
+def test_tiled_kernels_equal_dense_reference(digits, shape, monkeypatch):
+    """The tiled gradient kernel and the tiled Gram products (used from 128 × 128
+    operands on) give the reference's iterates on small targets too, forced on here."""
+    monkeypatch.setattr(_palm_module, "_TILED_ABOVE", 0)
+    cons = default_constraints(*shape, sparsity=3)
+    for kind in ("random", "digits"):
+        A = _target(kind, *shape, digits)
+        kw = dict(n_iter=12, tol=0, adaptive_step=True)
+        _same(palm4msa(A, cons, method="factors", **kw), palm4msa(A, cons, method="dense", **kw))
