@@ -153,3 +153,30 @@ def test_qkmeans_refuses_weights_until_its_steps_read_them():
     X, w = _data(n=60)
     with pytest.raises(InvalidParameterError, match="QKMeans.fit does not take sample_weight"):
         dqkm.QKMeans(2, sparsity=1, max_iter=2, random_state=0).fit(X, sample_weight=w)
+
+
+def _sorted_rows(A):
+    return A[np.lexsort(A.T[::-1])]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_sparse_embedded_kmeans_weights_equal_repeated_rows(sparse):
+    """Well-separated blobs: the weighted and the repeated fits find the same
+    partition, so the same original-space centers and inertia."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(6)
+    centers = np.eye(4, 12) * 40.0
+    X = centers[np.arange(160) % 4] + rng.normal(size=(160, 12))
+    w = rng.integers(1, 4, size=160)
+    w[::9] = 0
+    Xr = np.repeat(X, w, axis=0)
+    conv = sp.csr_matrix if sparse else np.asarray
+    kw = dict(n_clusters=4, n_components=6, random_state=0, kmeans={"n_init": 3})
+    weighted = dqkm.SparseEmbeddedKMeans(**kw).fit(conv(X), sample_weight=w)
+    repeated = dqkm.SparseEmbeddedKMeans(**kw).fit(conv(Xr))
+    np.testing.assert_allclose(_sorted_rows(weighted.cluster_centers_),
+                               _sorted_rows(repeated.cluster_centers_), rtol=1e-10)
+    assert weighted.inertia_ == pytest.approx(repeated.inertia_, rel=1e-10)
+    with pytest.raises(DataError, match="sample_weight must be non-negative"):
+        dqkm.SparseEmbeddedKMeans(**kw).fit(X, sample_weight=-w)
