@@ -180,3 +180,16 @@ def test_sparse_embedded_kmeans_weights_equal_repeated_rows(sparse):
     assert weighted.inertia_ == pytest.approx(repeated.inertia_, rel=1e-10)
     with pytest.raises(DataError, match="sample_weight must be non-negative"):
         dqkm.SparseEmbeddedKMeans(**kw).fit(X, sample_weight=-w)
+
+
+def test_kmultiplemeans_refuses_weights_that_differ():
+    X, w = _data(n=80)
+    kmm = dict(n_clusters=2, n_neighbors=3, max_iter=2, max_inner_iter=3, random_state=0)
+    with pytest.raises(InvalidParameterError,
+                       match="KMultipleMeans.fit got sample_weight with different values"):
+        dqkm.KMultipleMeans(**kmm).fit(X, sample_weight=w + 1)
+    with pytest.raises(DataError, match="sample_weight must be finite"):
+        dqkm.KMultipleMeans(**kmm).fit(X, sample_weight=np.full(80, np.nan))
+    equal = dqkm.KMultipleMeans(**kmm).fit(X, sample_weight=np.full(80, 2.0))
+    plain = dqkm.KMultipleMeans(**kmm).fit(X)
+    np.testing.assert_array_equal(equal.labels_, plain.labels_)
