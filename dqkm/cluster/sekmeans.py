@@ -45,7 +45,8 @@ def default_n_components(n_clusters, n_features, eps=DEFAULT_EPS, delta=DEFAULT_
 class _EmbeddedKMeans(Composed):
     """KMeans's iterations on the embedding X̂, under the identity of the
     SparseEmbeddedKMeans fit: the embedded K-means's parameters, the
-    embedding's (``owner``), and the fingerprint of the original X."""
+    embedding's (``owner``), the fingerprint of the original X and that of
+    the weights, if any."""
 
     def __init__(self, algorithm, owner, X_original):
         super().__init__(algorithm)
@@ -54,7 +55,12 @@ class _EmbeddedKMeans(Composed):
 
     def identity(self, X):
         fingerprint = data_fingerprint(self.X_original, split_every=self.inner.split_every)
-        identity = identity_from_params(self.inner.estimator, X, fingerprint=fingerprint)
+        extra = {}
+        weights = getattr(self.inner, "sample_weight", None)
+        if weights is not None:
+            extra["sample_weight"] = data_fingerprint(weights[:, None])
+        identity = identity_from_params(self.inner.estimator, X, fingerprint=fingerprint,
+                                        **extra)
         identity.update(self.owner)
         return identity
 

@@ -193,3 +193,17 @@ def test_kmultiplemeans_refuses_weights_that_differ():
     equal = dqkm.KMultipleMeans(**kmm).fit(X, sample_weight=np.full(80, 2.0))
     plain = dqkm.KMultipleMeans(**kmm).fit(X)
     np.testing.assert_array_equal(equal.labels_, plain.labels_)
+
+
+def test_checkpoint_identity_holds_the_weights(tmp_path):
+    from dqkm.cluster._checkpoint import CheckpointMismatchError
+
+    X, w = _data(n=120)
+    ck = tmp_path / "ck"
+    full = dqkm.KMeans(4, random_state=0, max_iter=3).fit(X, sample_weight=w, checkpoint=ck)
+    again = dqkm.KMeans(4, random_state=0, max_iter=3).fit(X, sample_weight=w, checkpoint=ck,
+                                                          resume=True)
+    np.testing.assert_array_equal(again.cluster_centers_, full.cluster_centers_)
+    with pytest.raises(CheckpointMismatchError, match="sample_weight"):
+        dqkm.KMeans(4, random_state=0, max_iter=3).fit(X, sample_weight=w + 1, checkpoint=ck,
+                                                      resume=True)
