@@ -27,6 +27,16 @@ ESTIMATORS = [
 
 _N_CLUSTERS_1 = ("K-Multiple-Means needs n_clusters >= 2; the check sets n_clusters=1, which "
                  "the parameter table refuses")
+_SW_REASON = ("the initial centers are drawn from rows by index with the seeded generator: the "
+              "data set with repeated rows (in another order) draws others, so the runs start "
+              "apart (scikit-learn's KMeans fails this check too); "
+              "tests/cluster/test_kmeans_weights.py checks the equivalence from a fixed init")
+SAMPLE_WEIGHT_EQUIVALENCE = {"check_sample_weight_equivalence_on_dense_data": _SW_REASON,
+                             "check_sample_weight_equivalence_on_sparse_data": _SW_REASON}
+_QK_SW = ("QKMeans.fit refuses sample_weight until its factorised steps read the weights "
+          "(InvalidParameterError saying so)")
+_KMM_SW = ("K-Multiple-Means has no per-sample weight: weights that differ are refused "
+           "(equal weights are accepted, so the unit-weight checks pass)")
 # Every check an estimator is known to fail, with the reason (one line each).
 EXPECTED_FAILED_CHECKS = {
     "KMultipleMeans": {
@@ -35,17 +45,30 @@ EXPECTED_FAILED_CHECKS = {
         "check_fit2d_predict1d": _N_CLUSTERS_1,
         "check_dont_overwrite_parameters": _N_CLUSTERS_1,
         "check_methods_subset_invariance": _N_CLUSTERS_1,
+        "check_sample_weights_not_overwritten": _KMM_SW,
+        "check_sample_weight_equivalence_on_dense_data": _KMM_SW,
     },
-    "MiniBatchKMeans": {
-        "check_sample_weight_equivalence_on_dense_data": "batches are random draws of rows: "
-                                                         "a repeated row is drawn apart from "
-                                                         "its copy (scikit-learn's "
-                                                         "MiniBatchKMeans fails it too)",
-    },
+    "KMeans": SAMPLE_WEIGHT_EQUIVALENCE,
+    "KMeansL1": SAMPLE_WEIGHT_EQUIVALENCE,
     "SparseEmbeddedKMeans": {
+        **SAMPLE_WEIGHT_EQUIVALENCE,
         "check_methods_sample_order_invariance": "the check sets n_components=1 below "
                                                  "n_clusters=2; an embedding needs "
                                                  "n_components >= n_clusters, refused",
+    },
+    "QKMeans": {
+        "check_sample_weights_not_overwritten": _QK_SW,
+        "check_sample_weights_pandas_series": _QK_SW,
+        "check_sample_weights_not_an_array": _QK_SW,
+        "check_sample_weights_list": _QK_SW,
+        "check_sample_weights_invariance": _QK_SW,
+        "check_sample_weights_shape": _QK_SW,
+        "check_sample_weight_equivalence_on_dense_data": _QK_SW,
+    },
+    "MiniBatchKMeans": {
+        check: "batches are random draws of rows: a repeated row is drawn apart from its "
+               "copy (scikit-learn's MiniBatchKMeans fails it too)"
+        for check in SAMPLE_WEIGHT_EQUIVALENCE
     },
 }
 

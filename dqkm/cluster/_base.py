@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin,
                           TransformerMixin)
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..exceptions import DataError
 from ..parallel.data import to_dask
+from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 
-__all__ = ["DqkmClusterer", "check_n_features", "is_lazy", "validate_input"]
+__all__ = ["DqkmClusterer", "CenterInference", "check_n_features", "is_lazy", "validate_input",
+           "validate_sample_weight"]
 
 
 def is_lazy(X) -> bool:
@@ -33,9 +37,97 @@ def check_n_features(estimator, n_features, *, reset):
                          f"expecting {estimator.n_features_in_} features as input.")
 
 
-def validate_input(estimator, X, *, reset: bool, row_chunks=None):
+def _validate_sparse(estimator, X, *, reset: bool):
+    """``(Xd, lazy)`` for sparse X (in-memory CSR/COO, or a Dask array of CSR
+    chunks) as a Dask array of CSR row chunks; None for any other X."""
+    owner = type(estimator).__name__
+    if sp.issparse(X):
+        if not reset:
+            check_is_fitted(estimator)
+        X = check_sparse(X, owner)
+        Xc = validate_data(estimator, X, reset=reset, accept_sparse="csr",
+                           dtype=[np.float64, np.float32], ensure_min_samples=1)
+        return sparse_to_dask(Xc), False
+    if not (is_lazy(X) and is_sparse_dask(X)):
+        return None
+    Xd = check_sparse(X, owner)
+    if Xd.ndim != 2:
+        raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
+    if Xd.numblocks[1] != 1:
+        Xd = Xd.rechunk({1: -1})
+    if Xd.dtype.kind not in "fiub":
+        raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
+    if Xd.dtype not in (np.float32, np.float64):
+        Xd = Xd.map_blocks(lambda b: b.astype(np.float64), dtype=np.float64,
+                           meta=sp.csr_matrix((0, 0), dtype=np.float64))
+    check_n_features(estimator, Xd.shape[1], reset=reset)
+    return Xd, True
+
+
+def validate_sample_weight(sample_weight, Xd, owner="dqkm"):
+    """``sample_weight`` as a float64 Dask array with X's row chunks, or None.
+
+    NumPy (or list, or scalar) weights are checked here; Dask weights are
+    rechunked to X's row chunks and checked in one pass over the weights
+    (not over X).  Negative, NaN or infinite weights, a wrong shape and
+    all-zero weights raise :class:`~dqkm.exceptions.DataError` naming
+    ``sample_weight``.
+    """
+    if sample_weight is None:
+        return None
+    n = Xd.shape[0]
+    fix = f"pass one finite, non-negative weight per row of X (shape ({n},))."
+    if isinstance(sample_weight, da.Array):
+        if sample_weight.ndim != 1 or sample_weight.shape[0] != n:
+            raise DataError(f"{owner}: sample_weight must have shape ({n},) like X's rows; "
+                            f"got a Dask array of shape {sample_weight.shape}; {fix}")
+        w = sample_weight.astype(np.float64).rechunk((Xd.chunks[0],))
+        from ..parallel.engine import compute
+
+        finite, low, total = compute(da.isfinite(w).all(), w.min(), w.sum())
+        _check_weight_values(bool(finite), float(low), float(total), owner, fix)
+        return w
+    w = np.asarray(sample_weight)
+    if w.dtype.kind not in "fiub":
+        raise DataError(f"{owner}: sample_weight must hold real numbers; got dtype {w.dtype}; "
+                        f"{fix}")
+    w = w.astype(np.float64)
+    if w.ndim == 0:
+        w = np.full(n, float(w))
+    if w.shape != (n,):
+        raise DataError(f"{owner}: sample_weight must have shape ({n},) like X's rows; got "
+                        f"shape {w.shape}; {fix}")
+    finite = bool(np.isfinite(w).all())
+    _check_weight_values(finite, float(np.nanmin(w)) if finite else np.nan,
+                         float(w.sum()) if finite else np.nan, owner, fix, w)
+    return da.from_array(w, chunks=(Xd.chunks[0],))
+
+
+def _check_weight_values(finite, low, total, owner, fix, w=None):
+    where = ""
+    if not finite:
+        if w is not None:
+            where = f" (the first at index {int(np.flatnonzero(~np.isfinite(w))[0])})"
+        raise DataError(f"{owner}: sample_weight must be finite; got NaN or infinity"
+                        f"{where}; {fix}")
+    if low < 0:
+        if w is not None:
+            i = int(np.flatnonzero(w < 0)[0])
+            where = f" (the first at index {i}: {w[i]!r})"
+        raise DataError(f"{owner}: sample_weight must be non-negative; got negative values"
+                        f"{where}; {fix} A weight of 0 leaves its row out.")
+    if total <= 0:
+        raise DataError(f"{owner}: sample_weight must contain at least one non-zero number; "
+                        f"got all zeros; {fix}")
+
+
+def validate_input(estimator, X, *, reset: bool, row_chunks=None, accept_sparse=False):
     """Return ``(Xd, lazy)``: X as a row-chunked float Dask array, and whether
     the caller gave a lazy (Dask/Zarr) input.  Shared by every dqkm estimator.
+
+    With ``accept_sparse``, ``scipy.sparse`` X (CSR, or COO converted) and
+    Dask arrays of CSR chunks come back as a Dask array of CSR row chunks;
+    other sparse formats are refused with the conversion to make.
 
     In-memory input goes through scikit-learn's ``validate_data`` (the usual
     messages, ``n_features_in_``, feature names); lazy input is checked for
@@ -44,6 +136,10 @@ def validate_input(estimator, X, *, reset: bool, row_chunks=None):
     the number of rows) sets the rows per block of in-memory input, whose
     blocks are views of it (lazy input keeps its chunks).
     """
+    if accept_sparse:
+        out = _validate_sparse(estimator, X, reset=reset)
+        if out is not None:
+            return out
     if not is_lazy(X):
         if not reset:
             check_is_fitted(estimator)
@@ -103,8 +199,15 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         return self.fit(X, **kwargs).labels_
 
     def _validate_X(self, X, *, reset: bool):
-        """Return ``(Xd, lazy)``; see :func:`validate_input`."""
-        return validate_input(self, X, reset=reset)
+        """Return ``(Xd, lazy)``; see :func:`validate_input` (sparse X where the
+        class declares ``_accept_sparse``)."""
+        return validate_input(self, X, reset=reset, accept_sparse=self._takes_sparse())
+
+    @classmethod
+    def _takes_sparse(cls):
+        """Whether the class itself (not a parent) declares ``_accept_sparse = True``:
+        a subclass whose passes are dense-only does not inherit sparse input."""
+        return bool(vars(cls).get("_accept_sparse", False))
 
     @staticmethod
     def _check_init_array(init, n_clusters, n_features, owner):
@@ -126,5 +229,84 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = self._takes_sparse()
         return tags
+
+
+class CenterInference:
+    """``predict``, ``transform`` and ``score`` of an estimator whose model is
+    its ``cluster_centers_`` (KMeans, MiniBatchKMeans): blockwise on any size,
+    dense or CSR rows (as the estimator's ``_validate_X`` accepts them).
+
+    A block of X holding NaN or infinity, or values whose squared distances
+    overflow float64, raises :class:`~dqkm.exceptions.DataError` naming the
+    first row concerned (for Dask input: when that block is computed).
+    """
+
+    def _centers_for(self, Xd):
+        check_is_fitted(self)
+        return np.asarray(self.cluster_centers_).astype(Xd.dtype)
+
+    def predict(self, X):
+        """Index of the closest center of each sample.
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
+        """
+        from ..parallel.lloyd import assign
+
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(assign(Xd, self._centers_for(Xd)), lazy)
+
+    def transform(self, X):
+        """Euclidean distances to every center, shape (n_samples, n_clusters).
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_clusters)
+        """
+        from ..parallel.lloyd import center_distances
+
+        check_is_fitted(self)
+        Xd, lazy = self._validate_X(X, reset=False)
+        return self._output(center_distances(Xd, self._centers_for(Xd)), lazy)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the (weighted) inertia of X on the fitted centers (higher is better).
+
+        One pass over X (and the weights).
+
+        Parameters
+        ----------
+        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights (checked as in ``fit``); None weighs every row 1.
+
+        Returns
+        -------
+        float
+            Minus the (weighted) sum of squared distances to the nearest centers.
+        """
+        from ..parallel.lloyd import inertia
+
+        check_is_fitted(self)
+        Xd, _ = self._validate_X(X, reset=False)
+        w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
+        return -inertia(Xd, self._centers_for(Xd), sample_weight=w,
+                        split_every=getattr(self, "split_every", None))

@@ -6,17 +6,20 @@ import logging
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.cluster import kmeans_plusplus
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.engine import driver_blas, maybe_persist
+from ..exceptions import InvalidParameterError
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
                            validate_params)
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample
-from ..parallel.lloyd import (assign, center_distances, inertia, kmeans_parallel_init,
-                              lloyd_step, min_sq_distances, sample_rows)
-from ._base import DqkmClusterer
+from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, lloyd_step, sample_rows,
+                              weighted_sample_rows)
+from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
 
@@ -27,28 +30,49 @@ __all__ = ["KMeans", "LloydAlgorithm"]
 _INIT_OPTIONS = {"k-means++", "k-means||", "random"}
 
 
+def supports_sample_weight(algorithm) -> bool:
+    """Whether the class that defines ``algorithm``'s ``step`` declares
+    ``supports_sample_weight = True`` in its own body: a subclass that
+    replaces the step must say that its step reads ``sample_weight``."""
+    for cls in type(algorithm).__mro__:
+        if "step" in vars(cls):
+            return bool(vars(cls).get("supports_sample_weight", False))
+    return False
+
+
 class LloydAlgorithm(IterativeAlgorithm):
     """Lloyd's iterations of a :class:`KMeans` (or subclass) for the fit driver:
-    the state is the centers, one step is one pass over X."""
+    the state is the centers, one step is one pass over X.
+
+    ``sample_weight`` is None or the fit's weights: a float64 Dask array of
+    shape (n_samples,) with X's row chunks, read by every pass.
+    """
+
+    supports_sample_weight = True
 
     def __init__(self, estimator):
         self.estimator = estimator
         self.name = type(estimator).__name__
         self.max_iter, self.tol = estimator.max_iter, estimator.tol
         self.split_every = estimator.split_every
+        self.sample_weight = None
 
     def identity(self, X):
         """Every constructor parameter but ``persist`` and ``verbose``, X's shape,
-        dtype, row chunks and fingerprint (one pass over X)."""
+        dtype, row chunks and fingerprint (one pass over X), and the weights'
+        fingerprint when the fit has weights."""
+        extra = {}
+        if self.sample_weight is not None:
+            extra["sample_weight"] = data_fingerprint(self.sample_weight[:, None])
         return identity_from_params(self.estimator, X, fingerprint=data_fingerprint(
-            X, split_every=self.split_every))
+            X, split_every=self.split_every), **extra)
 
     def init_state(self, X, rng):
-        return self.estimator._initial_centers(X, rng)
+        return self.estimator._initial_centers(X, rng, sample_weight=self.sample_weight)
 
     def step(self, X, state, iteration, tol_abs):
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
-                          split_every=self.split_every)
+                          split_every=self.split_every, sample_weight=self.sample_weight)
 
     def pack(self, state):
         return {"centers": np.asarray(state)}
@@ -60,10 +84,11 @@ class LloydAlgorithm(IterativeAlgorithm):
         # With a zero shift the last pass already used the final centers.
         if result.shift == 0:
             return result.last_objective
-        return inertia(X, result.state, split_every=self.split_every)
+        return inertia(X, result.state, split_every=self.split_every,
+                       sample_weight=self.sample_weight)
 
 
-class KMeans(DqkmClusterer):
+class KMeans(CenterInference, DqkmClusterer):
     """K-means clustering (Lloyd's algorithm) on in-memory or out-of-core data.
 
     Each iteration is one pass over X: the centers are broadcast once, every
@@ -71,18 +96,37 @@ class KMeans(DqkmClusterer):
     of the objective in one fused kernel, and the partials are tree-reduced.
     Memory per worker: a few chunks of X plus K×D float64 partials.
 
+    X may be dense (NumPy, Dask, Zarr) or sparse: a ``scipy.sparse`` CSR (or
+    COO) matrix or array, or a Dask array of CSR row chunks (see
+    :mod:`dqkm.sparse`); sparse chunks go through the CSR Lloyd kernel
+    (:mod:`dqkm.kernels.lloyd_sparse`), with the results of the dense path.
+
+    ``fit`` and ``score`` take ``sample_weight``: every sum, count, objective,
+    variance (for ``tol``) and the initialisation are weighted as in
+    scikit-learn, so integer weights give the fit of the repeated rows and
+    zero weights that of the rows removed.
+
     Parameters
     ----------
     n_clusters : int, default=8
-    init : {'k-means++', 'k-means||', 'random'} or ndarray of shape (n_clusters, n_features)
+    init : {'k-means++', 'k-means||', 'random'}, callable or ndarray of shape (n_clusters, n_features)
         'k-means++' runs scikit-learn's k-means++ on the driver over a uniform
         sample of ``max(10 * n_clusters, 10_000)`` rows (all rows when X is
-        smaller); 'k-means||' is the distributed k-means‖ of Bahmani et al.
+        smaller; with weights, the sample's rows keep their weights);
+        'k-means||' is the distributed k-means‖ of Bahmani et al.
         (``init_max_iter`` rounds, ``oversampling_factor``·K expected
-        candidates per round, one pass each); 'random' picks K distinct rows.
+        candidates per round, one pass each); 'random' picks K distinct rows
+        (by weight, with ``sample_weight``).  A callable is called as
+        ``init(X_sample, n_clusters, random_state)`` and must return the
+        centers, shape (n_clusters, n_features): ``X_sample`` is X itself
+        (NumPy or CSR) when X was given in memory, and for Dask or Zarr input
+        a uniform sample of ``max(10 * n_clusters, 10_000)`` rows of it,
+        loaded in memory (all rows when X is smaller); ``random_state`` is a
+        ``numpy.random.RandomState`` drawn from the fit's seed.
     n_init : 'auto' or int, default='auto'
         Number of initialisations; the run with the lowest inertia is kept.
-        'auto' is 1, or 10 for ``init='random'`` (scikit-learn's rule).
+        'auto' is 1, or 10 for ``init='random'`` or a callable
+        (scikit-learn's rule).
     max_iter : int, default=300
     tol : float, default=1e-4
         Relative tolerance (scikit-learn's meaning): stop when the sum of
@@ -109,7 +153,8 @@ class KMeans(DqkmClusterer):
     labels_ : ndarray of shape (n_samples,) or Dask array (lazy, aligned with X)
     inertia_ : float
         Sum of squared distances of the samples to their closest center
-        (computed exactly, in float64, with the final centers).
+        (computed exactly, in float64, with the final centers), weighted by
+        ``sample_weight`` when the fit had weights.
     n_iter_ : int
     n_features_in_ : int
     history_ : list of dict
@@ -136,7 +181,7 @@ class KMeans(DqkmClusterer):
 
     _parameter_constraints = {
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "init": [Options(str, _INIT_OPTIONS), "array-like"],
+        "init": [Options(str, _INIT_OPTIONS), "callable", "array-like"],
         "n_init": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
@@ -147,6 +192,8 @@ class KMeans(DqkmClusterer):
         "init_max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "verbose": VERBOSE,
     }
+
+    _accept_sparse = True
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, random_state=None, persist="auto", split_every=None,
@@ -168,40 +215,78 @@ class KMeans(DqkmClusterer):
         """The data-dependent checks (after :func:`validate_params`); the number of runs."""
         check_n_samples(n_samples, self.n_clusters)
         if self.n_init == "auto":
-            return 10 if isinstance(self.init, str) and self.init == "random" else 1
-        if not isinstance(self.init, str):
+            random = isinstance(self.init, str) and self.init == "random"
+            return 10 if random or callable(self.init) else 1
+        if not isinstance(self.init, str) and not callable(self.init):
             return 1  # scikit-learn warns and runs once with an explicit init
         return self.n_init
 
     # ---------------------------------------------------------------- fitting
-    def _initial_centers(self, X, rng):
-        K = self.n_clusters
+    def _initial_centers(self, X, rng, sample_weight=None):
+        """The initial centers (K × D in X's dtype); ``sample_weight`` is None or
+        the fit's weights (a Dask array with X's row chunks)."""
+        K, owner = self.n_clusters, type(self).__name__
+        if callable(self.init):
+            return self._callable_centers(X, rng)
         if not isinstance(self.init, str):
-            init = self._check_init_array(self.init, K, X.shape[1], type(self).__name__)
-            check_sample(init, what=f"The 'init' array of {type(self).__name__}")
+            init = self._check_init_array(self.init, K, X.shape[1], owner)
+            check_sample(init, what=f"The 'init' array of {owner}")
             return init.astype(X.dtype)
         if self.init == "k-means||":
             rounds = 5 if self.init_max_iter is None else self.init_max_iter
             return kmeans_parallel_init(X, K, rng=rng,
                                         oversampling_factor=self.oversampling_factor,
-                                        n_rounds=rounds, split_every=self.split_every)
+                                        n_rounds=rounds, split_every=self.split_every,
+                                        sample_weight=sample_weight)
         if self.init == "random":
+            if sample_weight is not None:
+                return weighted_sample_rows(X, sample_weight, K, rng).astype(X.dtype)
             return sample_rows(X, K, rng).astype(X.dtype)
         # CSR-chunked X: the sample stays sparse (scikit-learn's k-means++ takes CSR)
-        sample = sample_rows(X, max(10 * K, 10_000), rng, dense=False)
+        size = max(10 * K, 10_000)
+        weights = None
+        if sample_weight is None:
+            sample = sample_rows(X, size, rng, dense=False)
+        else:
+            sample, weights = sample_rows(X, size, rng, dense=False,
+                                          sample_weight=sample_weight)
+            if np.count_nonzero(weights) < K:  # too few weighted rows drawn: draw by weight
+                sample = weighted_sample_rows(X, sample_weight, size, rng, dense=False)
+                weights = None
         check_sample(sample)  # NaN, infinity, or squares that overflow float64
         with driver_blas():
-            centers, _ = kmeans_plusplus(sample.astype(np.float64), K,
+            centers, _ = kmeans_plusplus(sample.astype(np.float64), K, sample_weight=weights,
                                          random_state=int(rng.integers(2**31 - 1)))
         return centers.astype(X.dtype)
 
-    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
+    def _callable_centers(self, X, rng):
+        """``init(X_sample, n_clusters, random_state)``: see the ``init`` parameter."""
+        K, owner = self.n_clusters, type(self).__name__
+        sample = sample_rows(X, max(10 * K, 10_000), rng, dense=False)
+        if sp.issparse(sample):
+            sample = sp.csr_matrix(sample)
+        state = check_random_state(int(rng.integers(2**31 - 1)))
+        centers = self.init(sample, K, random_state=state)
+        if sp.issparse(centers):
+            centers = centers.toarray()
+        centers = self._check_init_array(centers, K, X.shape[1], owner)
+        check_sample(centers, what=f"The centers returned by the 'init' callable of {owner}")
+        return centers.astype(X.dtype)
+
+    def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
+            resume=False):
         """Compute K-means clustering.
 
         Parameters
         ----------
-        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
+        X : array-like, scipy.sparse, Dask array or Zarr array of shape (n_samples, n_features)
         y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weight of every row (None: all 1).  Dask weights are
+            rechunked to X's row chunks; NaN, infinity, negative values, a
+            wrong length or all zeros raise a
+            :class:`~dqkm.exceptions.DataError`.  The weights' fingerprint is
+            part of a checkpoint's identity.
         callback : callable, optional
             ``callback(record, state)`` after every iteration (``record`` is
             the iteration's ``history_`` entry; ``state`` the new centers, or
@@ -232,9 +317,11 @@ class KMeans(DqkmClusterer):
         -------
         self
         """
-        return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume)
+        return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
+                         sample_weight=sample_weight)
 
-    def _fit(self, X, *, callback, checkpoint, resume, inputs=None, compose=None):
+    def _fit(self, X, *, callback, checkpoint, resume, inputs=None, compose=None,
+             sample_weight=None):
         """Validate X and the parameters, run the fit driver, set the fitted state.
 
         ``inputs`` is X as the user gave it (default ``X``: the stores the
@@ -248,6 +335,14 @@ class KMeans(DqkmClusterer):
         self._check_extra_params(Xd.shape[1])
         Xd, _ = maybe_persist(Xd, self.persist)
         algorithm = self._algorithm(Xd.shape[1])
+        w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
+        if w is not None:
+            if not supports_sample_weight(algorithm):
+                raise InvalidParameterError(
+                    f"{type(self).__name__}.fit does not take sample_weight yet: its "
+                    "iterations do not read weights. Fit without sample_weight, or repeat "
+                    "rows to weigh them.")
+            algorithm.sample_weight = w
         if compose is not None:
             algorithm = compose(algorithm)
         fit = run_fit(algorithm, Xd, n_init=n_init, random_state=self.random_state,
@@ -271,72 +366,7 @@ class KMeans(DqkmClusterer):
         self.history_ = res.history
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
 
-    # ------------------------------------------------------------- inference
-    def predict(self, X):
-        """Index of the closest center of each sample (blockwise on any size).
-
-        A block of X holding NaN or infinity, or values whose squared
-        distances overflow float64, raises :class:`~dqkm.exceptions.DataError`
-        (for Dask input: when that block is computed).
-
-        Parameters
-        ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
-
-        Returns
-        -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
-        """
-        check_is_fitted(self)
-        Xd, lazy = self._validate_X(X, reset=False)
-        return self._output(assign(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
-
-    def transform(self, X):
-        """Euclidean distances to every center, shape (n_samples, n_clusters).
-
-        Refuses X as :meth:`predict` does.
-
-        Parameters
-        ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
-
-        Returns
-        -------
-        distances : ndarray or Dask array of shape (n_samples, n_clusters)
-        """
-        check_is_fitted(self)
-        Xd, lazy = self._validate_X(X, reset=False)
-        return self._output(center_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
-
-    def score(self, X, y=None):
-        """Opposite of the inertia of X on the fitted centers (higher is better).
-
-        Refuses X as :meth:`predict` does, naming the first row concerned.
-
-        Parameters
-        ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
-        y : ignored
-
-        Returns
-        -------
-        float
-            Minus the sum of squared distances to the nearest centers.
-        """
-        check_is_fitted(self)
-        Xd, lazy = self._validate_X(X, reset=False)
-        if lazy:
-            return -inertia(Xd, self.cluster_centers_.astype(Xd.dtype),
-                            split_every=self.split_every)
-        mind = self._output(min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), False)
-        return -float(mind.sum())
+    # predict, transform, score: CenterInference (dqkm.cluster._base)
 
     # ------------------------------------------------------------- save/load
     def _get_state(self):

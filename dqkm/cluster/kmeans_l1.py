@@ -16,14 +16,18 @@ __all__ = ["KMeansL1"]
 
 class _ProjectedLloyd(LloydAlgorithm):
     """Lloyd's iterations whose centers are projected on the ℓ1 ball: the
-    initial centers, and the cluster means of every step."""
+    initial centers, and the cluster means of every step (weighted means with
+    ``sample_weight``)."""
+
+    supports_sample_weight = True
 
     def init_state(self, X, rng):
         return self.estimator._project(super().init_state(X, rng)).astype(X.dtype)
 
     def step(self, X, state, iteration, tol_abs):
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
-                          split_every=self.split_every, update=self.estimator._project)
+                          split_every=self.split_every, update=self.estimator._project,
+                          sample_weight=self.sample_weight)
 
 
 class KMeansL1(KMeans):
@@ -44,6 +48,9 @@ class KMeansL1(KMeans):
     init, n_init, max_iter, tol, random_state, persist, split_every,
     oversampling_factor, init_max_iter, verbose : as :class:`dqkm.KMeans`.
 
+    ``fit`` and ``score`` take ``sample_weight`` and X may be sparse (CSR), as
+    for :class:`dqkm.KMeans`.
+
     Attributes
     ----------
     cluster_centers_, labels_, inertia_, n_iter_, history_ : as :class:`dqkm.KMeans`
@@ -63,6 +70,8 @@ class KMeansL1(KMeans):
     >>> bool(np.all(np.abs(km.cluster_centers_).sum(axis=1) <= 5.0 * (1 + 1e-3)))
     True
     """
+
+    _accept_sparse = True
 
     _parameter_constraints = {
         **KMeans._parameter_constraints,

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
-from ..parallel.engine import maybe_persist
+from ..parallel.engine import compute, maybe_persist
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
@@ -23,7 +23,7 @@ from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
 from ..parallel.lloyd import sample_rows
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, InvalidParameterError,
                            Options, check_value, validate_params)
-from ._base import DqkmClusterer
+from ._base import DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
 from ._kmm_rows import OPTIONAL_ROWS, read_rows, write_rows
@@ -314,13 +314,20 @@ class KMultipleMeans(DqkmClusterer):
                           "into n_clusters components. Use more prototypes or fewer "
                           "neighbours.", UserWarning, stacklevel=5)
 
-    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
+    def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
+            resume=False):
         """Compute the K-Multiple-Means clustering.
 
         Parameters
         ----------
         X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
         y : ignored
+        sample_weight : None or array-like of shape (n_samples,) of equal weights
+            The K-Multiple-Means model defines no weight per sample (its
+            similarity graph gives every sample the same total similarity):
+            weights that differ are refused with an
+            :class:`~dqkm.exceptions.InvalidParameterError`; equal weights
+            change nothing and are accepted (checked as by :meth:`dqkm.KMeans.fit`).
         callback : callable, optional
             ``callback(record)`` after every outer iteration (``record`` is the
             iteration's ``history_`` entry).
@@ -354,6 +361,7 @@ class KMultipleMeans(DqkmClusterer):
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
+        self._check_sample_weight(sample_weight, Xd)
         Xd, _ = maybe_persist(Xd, self.persist)
         algorithm = _KMMAlgorithm(self, Xd, m, rank)
         run = run_fit(algorithm, Xd, random_state=self.random_state, verbose=self.verbose,
@@ -374,6 +382,20 @@ class KMultipleMeans(DqkmClusterer):
         self.labels_ = self._output(res.labels, lazy)
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
         return self
+
+    def _check_sample_weight(self, sample_weight, Xd):
+        """Refuse weights that differ (see ``fit``); one pass over Dask weights."""
+        w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
+        if w is None:
+            return
+        low, high = compute(w.min(), w.max())
+        if low != high:
+            raise InvalidParameterError(
+                f"{type(self).__name__}.fit got sample_weight with different values (from "
+                f"{float(low)!r} to {float(high)!r}); the K-Multiple-Means model (Nie, Wang "
+                "& Li, KDD 2019) has no weight per sample: its similarity graph gives every "
+                "sample the same total similarity. Fit without sample_weight, repeat rows to "
+                "weigh them, or use dqkm.KMeans, which takes sample_weight.")
 
     def _checkpoint_identity(self, Xd, m):
         """What a checkpoint must match (see :func:`identity_from_params`): every

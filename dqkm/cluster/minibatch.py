@@ -8,20 +8,20 @@ from numbers import Integral, Real
 
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..exceptions import DataError
 from ..kernels.minibatch import minibatch_step
 from ..parallel.engine import compute, driver_blas
 from ..parallel.finite import check_sample
-from ..parallel.lloyd import assign, center_distances, min_sq_distances, sample_rows
+from ..parallel.lloyd import assign, inertia, sample_rows
 from ..parallel.stream import iter_blocks
 from ..parallel.fingerprint import data_fingerprint
 from .._validation import (VERBOSE, Interval, Options, check_n_samples, check_value,
                            validate_params)
-from ._base import DqkmClusterer
+from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
 
@@ -30,7 +30,7 @@ __all__ = ["MiniBatchKMeans"]
 _INIT_OPTIONS = {"k-means++", "random"}
 
 
-class MiniBatchKMeans(DqkmClusterer):
+class MiniBatchKMeans(CenterInference, DqkmClusterer):
     """Mini-batch K-means (Sculley, 2010) over data streamed block by block.
 
     Each step assigns a batch of ``batch_size`` rows to the nearest centers
@@ -46,6 +46,9 @@ class MiniBatchKMeans(DqkmClusterer):
     X at a time (rows are read once per epoch) instead of uniformly with
     replacement from all of X, which out of core would read every chunk for
     every batch.
+
+    X may be dense or sparse (a ``scipy.sparse`` CSR matrix, or a Dask array
+    of CSR row chunks): CSR batches go through the CSR assignment kernel.
 
     Parameters
     ----------
@@ -112,6 +115,8 @@ class MiniBatchKMeans(DqkmClusterer):
         "reassignment_ratio": [Interval(Real, 0, None, closed="left")],
     }
 
+    _accept_sparse = True
+
     def __init__(self, n_clusters=8, *, init="k-means++", max_iter=100, batch_size=1024,
                  verbose=0, compute_labels=True, random_state=None, tol=0.0,
                  max_no_improvement=10, init_size=None, n_init="auto",
@@ -149,38 +154,21 @@ class MiniBatchKMeans(DqkmClusterer):
         return self._n_init
 
     def _weights(self, sample_weight, Xd):
-        """Sample weights as float64 aligned with X's row chunks (ones if None)."""
-        n = Xd.shape[0]
-        if sample_weight is None:
-            return da.ones(n, chunks=(Xd.chunks[0],), dtype=np.float64)
-        if isinstance(sample_weight, da.Array):
-            w = sample_weight
-            if w.ndim != 1 or w.shape[0] != n:
-                raise DataError(f"sample_weight must have shape ({n},) like X's rows; got "
-                                f"{w.shape}.")
-            return w.astype(np.float64).rechunk((Xd.chunks[0],))
-        w = np.asarray(sample_weight, dtype=np.float64)
-        if w.ndim == 0:
-            w = np.full(n, float(w))
-        if w.shape != (n,):
-            raise DataError(f"sample_weight must have shape ({n},) like X's rows; got "
-                            f"{w.shape}.")
-        if not np.isfinite(w).all() or (w < 0).any():
-            raise DataError("sample_weight must be finite and non-negative; got "
-                            f"{'NaN or infinity' if not np.isfinite(w).all() else 'negative'}"
-                            " values.")
-        if not w.any():
-            raise DataError("Sample weights must contain at least one non-zero number; "
-                            "sample_weight is all zeros.")
-        return da.from_array(w, chunks=(Xd.chunks[0],))
+        """Sample weights as float64 aligned with X's row chunks (ones if None);
+        checked by :func:`~dqkm.cluster._base.validate_sample_weight`."""
+        w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
+        if w is None:
+            return da.ones(Xd.shape[0], chunks=(Xd.chunks[0],), dtype=np.float64)
+        return w
 
     # ---------------------------------------------------------------- init
     def _init_centers(self, X, init_rows, rng):
-        """Centers from ``init_rows`` (an in-memory sample of X)."""
+        """Centers from ``init_rows`` (an in-memory sample of X, dense or CSR)."""
         K = self.n_clusters
         if callable(self.init):
-            c = np.asarray(self.init(init_rows, K, random_state=check_random_state(
-                int(rng.integers(2**31 - 1)))), dtype=np.float64)
+            c = self.init(init_rows, K, random_state=check_random_state(
+                int(rng.integers(2**31 - 1))))
+            c = np.asarray(c.toarray() if sp.issparse(c) else c, dtype=np.float64)
             return self._check_init_array(c, K, X.shape[1], type(self).__name__) \
                 .astype(np.float64)
         if not isinstance(self.init, str):
@@ -188,8 +176,8 @@ class MiniBatchKMeans(DqkmClusterer):
             check_sample(c, what=f"The 'init' array of {type(self).__name__}")
             return c.astype(np.float64)
         if self.init == "random":
-            return init_rows[rng.choice(init_rows.shape[0], K, replace=False)] \
-                .astype(np.float64)
+            c = init_rows[rng.choice(init_rows.shape[0], K, replace=False)]
+            return (c.toarray() if sp.issparse(c) else c).astype(np.float64)
         with driver_blas():
             c, _ = kmeans_plusplus(init_rows.astype(np.float64), K,
                                    random_state=int(rng.integers(2**31 - 1)))
@@ -207,11 +195,12 @@ class MiniBatchKMeans(DqkmClusterer):
         elif size < self.n_clusters:
             size = 3 * self.n_clusters
         size = self._init_size = int(min(n, size))
-        valid = sample_rows(Xd, size, rng).astype(np.float64)
+        valid = sample_rows(Xd, size, rng, dense=False).astype(np.float64)
         check_sample(valid)
         best, best_inertia = None, np.inf
         for _ in range(n_init):
-            rows = sample_rows(Xd, size, rng).astype(np.float64) if n_init > 1 else valid
+            rows = sample_rows(Xd, size, rng, dense=False).astype(np.float64) \
+                if n_init > 1 else valid
             check_sample(rows)
             centers = self._init_centers(Xd, rows, rng)
             value = float(minibatch_step(valid, np.ones(size), centers,
@@ -231,9 +220,10 @@ class MiniBatchKMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask or Zarr array of shape (n_samples, n_features)
+        X : array-like, scipy.sparse, Dask or Zarr array of shape (n_samples, n_features)
         y : ignored
         sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weights; refused as by :meth:`dqkm.KMeans.fit`.
         callback : callable, optional
             ``callback(record, state)`` after every epoch.
         checkpoint : str or PathLike, optional
@@ -279,7 +269,8 @@ class MiniBatchKMeans(DqkmClusterer):
             perm = rng.permutation(block.shape[0])
             block, wb = block[perm], wb[perm]
             if carry_x is not None:
-                block = np.concatenate([carry_x, block])
+                block = sp.vstack([carry_x, block], format="csr") if sp.issparse(block) \
+                    else np.concatenate([carry_x, block])
                 wb = np.concatenate([carry_w, wb])
             stop = (block.shape[0] // b) * b
             for a in range(0, stop, b):
@@ -380,33 +371,14 @@ class MiniBatchKMeans(DqkmClusterer):
 
     def _weighted_inertia(self, Xd, w):
         """Sum of ``w`` times the squared distance of each row of X to its center."""
-        mind = min_sq_distances(Xd, self.cluster_centers_.astype(Xd.dtype))
-        return float(compute((mind * w).sum())[0])
+        return inertia(Xd, self.cluster_centers_.astype(Xd.dtype), sample_weight=w)
 
     def _set_labels(self, Xd, lazy, w):
         """``labels_`` and ``inertia_`` over all of X (``compute_labels``)."""
         self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
         self.inertia_ = self._weighted_inertia(Xd, w)
 
-    # ------------------------------------------------------------- inference
-    def predict(self, X):
-        """Index of the closest center of each sample."""
-        check_is_fitted(self)
-        Xd, lazy = self._validate_X(X, reset=False)
-        return self._output(assign(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
-
-    def transform(self, X):
-        """Euclidean distances to every center, shape (n_samples, n_clusters)."""
-        check_is_fitted(self)
-        Xd, lazy = self._validate_X(X, reset=False)
-        return self._output(center_distances(Xd, self.cluster_centers_.astype(Xd.dtype)), lazy)
-
-    def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) inertia of X on the fitted centers."""
-        check_is_fitted(self)
-        Xd, _ = self._validate_X(X, reset=False)
-        w = self._weights(sample_weight, Xd)
-        return -self._weighted_inertia(Xd, w)
+    # predict, transform, score: CenterInference (dqkm.cluster._base)
 
     # ------------------------------------------------------------- save/load
     def _get_state(self):

@@ -7,19 +7,17 @@ import math
 from numbers import Integral
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import checked_rows
-from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
 from .._validation import (VERBOSE, Interval, InvalidParameterError, Options, check_n_samples,
                            validate_params)
-from ._base import DqkmClusterer, check_n_features, is_lazy
+from ._base import DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
 from ._driver import Composed, stored_identity
 from .kmeans import KMeans
@@ -47,7 +45,8 @@ def default_n_components(n_clusters, n_features, eps=DEFAULT_EPS, delta=DEFAULT_
 class _EmbeddedKMeans(Composed):
     """KMeans's iterations on the embedding X̂, under the identity of the
     SparseEmbeddedKMeans fit: the embedded K-means's parameters, the
-    embedding's (``owner``), and the fingerprint of the original X."""
+    embedding's (``owner``), the fingerprint of the original X and that of
+    the weights, if any."""
 
     def __init__(self, algorithm, owner, X_original):
         super().__init__(algorithm)
@@ -56,7 +55,12 @@ class _EmbeddedKMeans(Composed):
 
     def identity(self, X):
         fingerprint = data_fingerprint(self.X_original, split_every=self.inner.split_every)
-        identity = identity_from_params(self.inner.estimator, X, fingerprint=fingerprint)
+        extra = {}
+        weights = getattr(self.inner, "sample_weight", None)
+        if weights is not None:
+            extra["sample_weight"] = data_fingerprint(weights[:, None])
+        identity = identity_from_params(self.inner.estimator, X, fingerprint=fingerprint,
+                                        **extra)
         identity.update(self.owner)
         return identity
 
@@ -161,28 +165,9 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         self.random_state = random_state
         self.verbose = verbose
 
-    # ------------------------------------------------------------- validation
-    def _validate_X(self, X, *, reset):
-        """Dense input as in :class:`DqkmClusterer`; sparse input stays CSR-chunked."""
-        owner = type(self).__name__
-        if sp.issparse(X):
-            if not reset:
-                check_is_fitted(self)
-            X = check_sparse(X, owner)
-            Xc = validate_data(self, X, reset=reset, accept_sparse="csr",
-                               dtype=[np.float64, np.float32], ensure_min_samples=1)
-            return sparse_to_dask(Xc), False
-        if is_lazy(X) and is_sparse_dask(X):
-            Xd = check_sparse(X, owner)
-            if Xd.ndim != 2:
-                raise ValueError(f"Expected a 2-D array for X, got shape {Xd.shape}.")
-            if Xd.numblocks[1] != 1:
-                Xd = Xd.rechunk({1: -1})
-            if Xd.dtype.kind not in "fiub":
-                raise TypeError(f"X must hold real numbers; got dtype {Xd.dtype}.")
-            check_n_features(self, Xd.shape[1], reset=reset)
-            return Xd, True
-        return super()._validate_X(X, reset=reset)
+    # Sparse input (scipy.sparse CSR/COO, Dask arrays of CSR chunks) stays CSR-chunked:
+    # see dqkm.cluster._base.validate_input.
+    _accept_sparse = True
 
     def _check_params(self, n_samples, n_features):
         """The data-dependent checks (after :func:`validate_params`): the target
@@ -222,7 +207,8 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             "instead.")
 
     # ---------------------------------------------------------------- fitting
-    def fit(self, X, y=None, *, callback=None, checkpoint=None, resume=False):
+    def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
+            resume=False):
         """Embed X, run K-means on the embedding, map the clusters back.
 
         Passes over X: the embedded K-means's passes over X̂ (X̂ computed
@@ -235,6 +221,10 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         X : array-like, scipy.sparse (CSR/COO), Dask array (dense or CSR chunks)
             or Zarr array, of shape (n_samples, n_features)
         y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative row weights (checked as by :meth:`dqkm.KMeans.fit`):
+            the embedded K-means is weighted, and so are the original-space
+            centers and ``inertia_``.
         callback : callable, optional
             ``callback(record, centers)`` after every iteration of the
             embedded K-means (centers in the embedded space).
@@ -280,10 +270,13 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         owner = {"estimator": type(self).__name__, "embedding": self.embedding,
                  "n_components": d, "n_features_original": int(Xd.shape[1]),
                  "embedding_seed": seed}
+        w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
         km._fit(Xh, callback=callback, checkpoint=checkpoint, resume=resume, inputs=X,
-                compose=lambda algorithm: _EmbeddedKMeans(algorithm, owner, Xd))
+                compose=lambda algorithm: _EmbeddedKMeans(algorithm, owner, Xd),
+                sample_weight=w)
         counts, means, m2 = original_space_moments(Xd, emb, km.cluster_centers_,
-                                                   split_every=km_params.get("split_every"))
+                                                   split_every=km_params.get("split_every"),
+                                                   sample_weight=w)
         self.embedding_ = emb
         self.n_components_ = d
         self.kmeans_ = km
@@ -377,11 +370,6 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "embedded_centers_")
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
 
     @property
     def _n_features_out(self):

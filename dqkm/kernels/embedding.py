@@ -246,7 +246,7 @@ def embed_assign_chunk(X, emb, centers, *, tile_bytes=None):
     return labels
 
 
-def embed_moments_chunk(X, emb, centers, *, tile_bytes=None):
+def embed_moments_chunk(X, emb, centers, *, tile_bytes=None, weights=None):
     """Per-cluster (count, mean, Σ‖x − mean‖²) in the original space of one chunk.
 
     Each tile of rows is embedded, labelled by the nearest embedded center
@@ -262,10 +262,12 @@ def embed_moments_chunk(X, emb, centers, *, tile_bytes=None):
     centers : ndarray of shape (n_clusters, n_components)
     tile_bytes : int, optional
         Default :data:`dqkm.kernels.tiles.TILE_BYTES`.
+    weights : ndarray of shape (n_rows,), optional
+        Row weights (see :func:`~dqkm.kernels.lloyd_sparse.label_moments`).
 
     Returns
     -------
-    counts : ndarray of shape (n_clusters,), int64
+    counts : ndarray of shape (n_clusters,), int64 (float64 total weights with ``weights``)
     means : ndarray of shape (n_clusters, n_features), float64
     m2 : ndarray of shape (n_clusters,), float64
     """
@@ -273,8 +275,10 @@ def embed_moments_chunk(X, emb, centers, *, tile_bytes=None):
     out = None
     for lo, hi in _tiles(X, centers, tile_bytes):
         Xt = X[lo:hi]
-        part = label_moments(Xt, _embedded_labels(Xt, emb, centers), k)
+        wt = None if weights is None else weights[lo:hi]
+        part = label_moments(Xt, _embedded_labels(Xt, emb, centers), k, weights=wt)
         out = part if out is None else merge_label_moments(out, part)
     if out is None:
-        return label_moments(X, np.zeros(0, dtype=np.intp), k)
+        return label_moments(X, np.zeros(0, dtype=np.intp), k,
+                             weights=None if weights is None else weights[:0])
     return out

@@ -27,12 +27,13 @@ All kernels here are pure: they never mutate their inputs and hold no state.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 
 from ._direct import argmin_direct
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
-           "partials_from_labels"]
+           "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted"]
 
 _TILE = 256
 
@@ -472,3 +473,70 @@ def partials_from_labels(X, labels, centers):
     sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
     obj = _rows_given_labels(X, labels, centers, sums, counts, mind) if n else 0.0
     return sums, counts, float(obj), labels, mind
+
+
+@njit(nogil=True, cache=True)
+def _weighted_sums(X, labels, weights, sums, totals):  # OUT sums, totals
+    """``sums[k] += w_r · x_r`` and ``totals[k] += w_r`` for every row r of label k (float64)."""
+    for r in range(X.shape[0]):
+        k = labels[r]
+        wr = weights[r]
+        totals[k] += wr
+        for f in range(X.shape[1]):
+            sums[k, f] += wr * np.float64(X[r, f])
+
+
+def weighted_cluster_sums(X, labels, weights, n_clusters):
+    """Per-cluster weighted sums of the rows and of their weights, in float64.
+
+    Parameters
+    ----------
+    X : ndarray or scipy.sparse CSR matrix of shape (n_rows, n_features)
+    labels : ndarray of shape (n_rows,), int, in ``[0, n_clusters)``
+    weights : ndarray of shape (n_rows,), float64
+    n_clusters : int
+
+    Returns
+    -------
+    sums : ndarray of shape (n_clusters, n_features), float64
+        ``Σ_{label(x) = k} w·x`` for every cluster k.
+    totals : ndarray of shape (n_clusters,), float64
+        ``Σ_{label(x) = k} w``.
+    """
+    n, d = X.shape
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    labels = np.ascontiguousarray(labels)
+    if sp.issparse(X):
+        ind = sp.csr_matrix((weights, (labels, np.arange(n))), shape=(n_clusters, n))
+        sums = np.asarray((ind @ X.astype(np.float64)).todense())
+        return sums, np.bincount(labels, weights=weights, minlength=n_clusters)
+    sums = np.zeros((n_clusters, d), dtype=np.float64)
+    totals = np.zeros(n_clusters, dtype=np.float64)
+    if n:
+        _weighted_sums(np.ascontiguousarray(X), labels, weights, sums, totals)
+    return sums, totals
+
+
+def lloyd_partials_weighted(X, weights, centers):
+    """:func:`lloyd_partials` with a weight per row.
+
+    The assignment is that of :func:`assign_labels`; the sums are
+    ``Σ w·x``, the counts are the clusters' total weights (float64) and the
+    objective is ``Σ w·‖x − c_label(x)‖²``.  A row of weight 0 counts nowhere
+    (a cluster holding only such rows has total weight 0: it is empty), but a
+    non-finite row still makes the objective non-finite, so that the callers
+    refuse it.
+
+    Returns
+    -------
+    sums, counts, objective, labels, min_sq_dist : as :func:`lloyd_partials`,
+        with ``counts`` the float64 total weights.
+    """
+    X, centers = _prepare(X, centers)
+    labels, mind = assign_labels(X, centers)
+    sums, totals = weighted_cluster_sums(X, labels, weights, centers.shape[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        obj = float(np.dot(np.asarray(weights, dtype=np.float64), mind))
+        if not np.isfinite(mind).all():
+            obj = np.inf
+    return sums, totals, obj, labels, mind

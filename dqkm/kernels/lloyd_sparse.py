@@ -183,7 +183,7 @@ def assign_labels_csr(X, centers):
 
 
 # ----------------------------------------------------------------------------- moments
-def label_moments(X, labels, n_clusters):
+def label_moments(X, labels, n_clusters, weights=None):
     """Per-cluster count, mean and within-cluster sum of squares of one chunk.
 
     Parameters
@@ -191,10 +191,13 @@ def label_moments(X, labels, n_clusters):
     X : ndarray or CSR matrix of shape (n_rows, n_features)
     labels : ndarray of shape (n_rows,), ints in ``[0, n_clusters)``
     n_clusters : int
+    weights : ndarray of shape (n_rows,), optional
+        Row weights: the counts become total weights (float64), the means
+        and sums of squares weighted ones.
 
     Returns
     -------
-    counts : ndarray of shape (n_clusters,), int64
+    counts : ndarray of shape (n_clusters,), int64 (float64 with ``weights``)
     means : ndarray of shape (n_clusters, n_features), float64
         Zero for clusters without rows in the chunk.
     m2 : ndarray of shape (n_clusters,), float64
@@ -203,26 +206,31 @@ def label_moments(X, labels, n_clusters):
     """
     labels = np.asarray(labels, dtype=np.intp)
     n, d = X.shape
-    counts = np.bincount(labels, minlength=n_clusters).astype(np.int64)
+    if weights is None:
+        w = np.ones(n)
+        counts = np.bincount(labels, minlength=n_clusters).astype(np.int64)
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        counts = np.bincount(labels, weights=w, minlength=n_clusters)
     means = np.zeros((n_clusters, d), dtype=np.float64)
     m2 = np.zeros(n_clusters, dtype=np.float64)
     if n == 0:
         return counts, means, m2
     nz = counts > 0
-    ind = sp.csr_matrix((np.ones(n), (labels, np.arange(n))), shape=(n_clusters, n))
+    ind = sp.csr_matrix((w, (labels, np.arange(n))), shape=(n_clusters, n))
     if sp.issparse(X):
         X = X.tocsr()
         means[:] = (ind @ X.astype(np.float64)).toarray()
         means[nz] /= counts[nz, None]
         rn = _row_norms_from(X.data, X.indptr, n)
-        sq = np.bincount(labels, weights=rn, minlength=n_clusters)
+        sq = np.bincount(labels, weights=rn * w, minlength=n_clusters)
         m2 = np.maximum(sq - counts * np.einsum("ij,ij->i", means, means), 0.0)
     else:
         A = np.asarray(X, dtype=np.float64)
         means[:] = ind @ A
         means[nz] /= counts[nz, None]
         diff = A - means[labels]
-        m2 = np.bincount(labels, weights=np.einsum("ij,ij->i", diff, diff),
+        m2 = np.bincount(labels, weights=np.einsum("ij,ij->i", diff, diff) * w,
                          minlength=n_clusters)
     return counts, means, m2
 

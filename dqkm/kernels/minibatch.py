@@ -6,7 +6,8 @@ rate of one over the weight the center has seen, so a center is the running
 (weighted) mean of every row ever assigned to it. Rarely hit centers are moved
 to random batch rows (scikit-learn's ``reassignment_ratio`` rule).
 
-Pure NumPy/SciPy on one batch: no Dask, no state kept here.
+Pure NumPy/SciPy on one batch (dense, or a ``scipy.sparse`` CSR batch): no
+Dask, no state kept here.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .lloyd import assign_labels
+from .lloyd import assign_labels, weighted_cluster_sums
+from .lloyd_sparse import as_csr, assign_labels_csr
 
 __all__ = ["minibatch_step"]
 
 
-def _batch_sums(X, labels, weights, n_clusters):
-    """Per-cluster float64 weighted sums of the rows and their weights."""
-    n = X.shape[0]
-    ind = sp.csr_matrix((weights, (labels, np.arange(n))), shape=(n_clusters, n))
-    return np.asarray(ind @ X.astype(np.float64, copy=False)), \
-        np.bincount(labels, weights=weights, minlength=n_clusters)
+def _assign(X, centers):
+    if sp.issparse(X):
+        return assign_labels_csr(as_csr(X, "MiniBatchKMeans"), centers)
+    return assign_labels(X, centers)
 
 
 def minibatch_step(X, weights, centers, weight_sums, *, rng=None, reassign=False,
@@ -33,7 +33,7 @@ def minibatch_step(X, weights, centers, weight_sums, *, rng=None, reassign=False
 
     Parameters
     ----------
-    X : ndarray of shape (n, n_features), float32 or float64
+    X : ndarray or scipy.sparse CSR matrix of shape (n, n_features), float32 or float64
     weights : ndarray of shape (n,), float64, non-negative
     centers : ndarray of shape (n_clusters, n_features), float64
     weight_sums : ndarray of shape (n_clusters,), float64
@@ -55,10 +55,10 @@ def minibatch_step(X, weights, centers, weight_sums, *, rng=None, reassign=False
     n_reassigned : int
     """
     K = centers.shape[0]
-    labels, mind = assign_labels(X, centers.astype(X.dtype))
+    labels, mind = _assign(X, centers.astype(X.dtype))
     labels = labels.astype(np.int64, copy=False)
     inertia = float(np.dot(weights, mind))
-    sums, bw = _batch_sums(X, labels, weights, K)
+    sums, bw = weighted_cluster_sums(X, labels, weights, K)
     new = np.array(centers, dtype=np.float64, copy=True)
     ws = weight_sums + bw
     hit = bw > 0
@@ -74,7 +74,7 @@ def minibatch_step(X, weights, centers, weight_sums, *, rng=None, reassign=False
         if n_reassigned and positive.size >= n_reassigned:
             p = weights[positive] / weights[positive].sum()
             rows = rng.choice(positive, size=n_reassigned, replace=False, p=p)
-            new[low] = X[rows]
+            new[low] = X[rows].toarray() if sp.issparse(X) else X[rows]
             # not so small that they are reassigned again at once
             ws[low] = ws[~low].min() if (~low).any() else 0.0
         else:

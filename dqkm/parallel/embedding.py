@@ -68,6 +68,11 @@ def _moments_chunk(block, emb, centers):
     return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers)
 
 
+def _weighted_moments_chunk(block, weights, emb, centers, index, offset):
+    return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers,
+                               weights=np.asarray(weights, dtype=np.float64))
+
+
 def _moments_combine(parts):
     out = parts[0]
     for p in parts[1:]:
@@ -75,7 +80,7 @@ def _moments_combine(parts):
     return out
 
 
-def original_space_moments(X, emb, embedded_centers, *, split_every=None):
+def original_space_moments(X, emb, embedded_centers, *, split_every=None, sample_weight=None):
     """Per-cluster statistics in the original space of the embedded partition (one pass).
 
     Each chunk is embedded, its rows labelled by the nearest embedded center,
@@ -83,9 +88,12 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None):
     original rows; partials merge by Chan et al.'s rule, so the result is the
     exact means and K-means cost ``‖X − D̂D̂ᵀX‖²_F`` of the partition.
 
+    With ``sample_weight`` (a Dask array with X's row chunks) the counts
+    are total weights and the means and costs weighted.
+
     Returns
     -------
-    counts : ndarray of shape (n_clusters,), int64
+    counts : ndarray of shape (n_clusters,), int64 (float64 with weights)
     means : ndarray of shape (n_clusters, n_features), float64
     m2 : ndarray of shape (n_clusters,), float64
 
@@ -95,7 +103,13 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None):
     """
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
-    d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c),
-                          split_every=split_every, name="se-moments")
+    if sample_weight is not None:
+        from .lloyd import map_reduce_weighted
+
+        d = map_reduce_weighted(X, sample_weight, _weighted_moments_chunk, _moments_combine,
+                                args=(e, c), split_every=split_every, name="se-moments")
+    else:
+        d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c),
+                              split_every=split_every, name="se-moments")
     (res,) = compute(d)
     return res

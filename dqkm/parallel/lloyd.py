@@ -9,27 +9,39 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels.lloyd import assign_labels, lloyd_partials
+from dask import delayed
+
+from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
-from .engine import broadcast, compute, driver_blas, map_blocks_reduce
+from .engine import (DEFAULT_SPLIT_EVERY, block_offsets, broadcast, compute, driver_blas,
+                     map_blocks_reduce, tree_reduce)
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["lloyd_step", "lloyd_pass", "tolerance_from_moments", "assign", "min_sq_distances",
-           "center_distances", "inertia", "sample_rows", "kmeans_parallel_init"]
+           "center_distances", "inertia", "sample_rows", "weighted_sample_rows",
+           "kmeans_parallel_init", "map_reduce_weighted"]
 
 
 # --------------------------------------------------------------------------- chunk level
 # Blocks may be dense or scipy.sparse (CSR, COO converted): these dispatch.
-def _partials(block, centers):
-    if sp.issparse(block):
-        return lloyd_partials_csr(as_csr(block, "KMeans"), centers)
-    return lloyd_partials(block, centers)
+def _partials(block, centers, weights=None):
+    if weights is None:
+        if sp.issparse(block):
+            return lloyd_partials_csr(as_csr(block, "KMeans"), centers)
+        return lloyd_partials(block, centers)
+    labels, mind = _assign(block, centers)
+    x = as_csr(block, "KMeans") if sp.issparse(block) else block
+    sums, totals = weighted_cluster_sums(x, labels, weights, centers.shape[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        obj = float(np.dot(np.asarray(weights, dtype=np.float64), mind))
+    return sums, totals, obj if np.isfinite(mind).all() else np.inf, labels, mind
 
 
 def _assign(block, centers):
@@ -42,7 +54,29 @@ def _dense(a):
     return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
-def _moments(block):
+def _weighted_moments(block, w):
+    """(total weight, weighted mean, weighted sum of squared deviations) of a block."""
+    w = np.asarray(w, dtype=np.float64)
+    n = float(w.sum())
+    if n == 0:
+        return (0.0, np.zeros(block.shape[1]), np.zeros(block.shape[1]))
+    with np.errstate(invalid="ignore", over="ignore"):
+        if sp.issparse(block):
+            b = as_csr(block, "KMeans").astype(np.float64)
+            mean = np.asarray(b.T @ w).ravel() / n
+            sq = np.asarray(b.multiply(b).T @ w).ravel()
+        else:
+            b = np.asarray(block)
+            mean = np.einsum("i,ij->j", w, b, dtype=np.float64) / n
+            sq = np.einsum("i,ij,ij->j", w, b, b, dtype=np.float64)
+        return (n, mean, np.maximum(sq - n * mean**2, 0.0))
+
+
+def _moments(block, weights=None):
+    """(count, mean, sum of squared deviations) per feature of a block; with
+    ``weights``, the count is the total weight and the moments are weighted."""
+    if weights is not None:
+        return _weighted_moments(block, weights)
     if sp.issparse(block):
         b = as_csr(block, "KMeans").astype(np.float64)
         n = b.shape[0]
@@ -79,15 +113,15 @@ def _merge_moments(a, b):
         return (n, ma + delta * (nb / n), sa + sb + delta ** 2 * (na * nb / n))
 
 
-def _lloyd_chunk(block, centers, with_moments, index, offset):
-    sums, counts, obj, _, mind = _partials(block, centers)
+def _lloyd_chunk(block, weights, centers, with_moments, index, offset):
+    sums, counts, obj, _, mind = _partials(block, centers, weights)
     # A non-finite value in X, or one whose squared distances overflow float64,
     # makes its row's exact distance non-finite, so the objective doubles as
     # the check: no extra pass over X.
     bad = None if np.isfinite(obj) else describe_bad(block, offset, mind, centers)
     out = {"sums": sums, "counts": counts, "objective": obj, "bad": bad}
     if with_moments:
-        out["moments"] = _moments(block)
+        out["moments"] = _moments(block, weights)
     return out
 
 
@@ -110,16 +144,48 @@ def _lloyd_combine(parts):
     return out
 
 
-def lloyd_pass(X, centers, *, split_every=None, with_moments=False):
+def map_reduce_weighted(X, weights, chunk, combine, *, args=(), split_every=None,
+                        name="pass"):
+    """One pass over X and its row weights: :func:`~dqkm.parallel.engine.map_blocks_reduce`
+    whose ``chunk(block, weight_block, *args, block_index, row_offset)`` also
+    gets the weights of its rows.
+
+    ``weights`` is None (``chunk`` gets None: the pass is
+    ``map_blocks_reduce``'s own) or a 1-D Dask array with X's row chunks.
+    """
+    if weights is None:
+        return map_blocks_reduce(X, chunk, combine, args=(None, *args), split_every=split_every,
+                                 with_offsets=True, name=name)
+    if X.ndim == 2 and X.numblocks[1] != 1:
+        raise ValueError("X must be chunked along rows only; got chunks "
+                         f"{X.chunks[1]} along features. Fix it with X.rechunk({{1: -1}}).")
+    if weights.chunks[0] != X.chunks[0]:
+        raise ValueError(f"the weights' chunks {weights.chunks[0]} are not X's row chunks "
+                         f"{X.chunks[0]}; rechunk them with weights.rechunk((X.chunks[0],)).")
+    xb = np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1)
+    wb = np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1)
+    offsets = block_offsets(X.chunks[0])
+    task = delayed(chunk, pure=True)
+    parts = [task(xb[i], wb[i], *args, i, int(offsets[i]))
+             for i in range(len(xb))]
+    return tree_reduce(parts, combine,
+                       DEFAULT_SPLIT_EVERY if split_every is None else int(split_every),
+                       name=f"{name}-weighted")
+
+
+def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weight=None):
     """One pass: per-cluster sums (float64), counts, objective w.r.t. ``centers``.
+
+    With ``sample_weight`` (a float Dask array with X's row chunks) the sums,
+    counts (float64 total weights), objective and moments are weighted.
 
     Raises :class:`~dqkm.exceptions.DataError` (a ``ValueError``) if X holds
     NaN or infinity, or values whose squared distances overflow float64
     (detected in the same pass), naming the first row concerned.
     """
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
-    d = map_blocks_reduce(X, _lloyd_chunk, _lloyd_combine, args=(c, with_moments),
-                          split_every=split_every, with_offsets=True, name="lloyd")
+    d = map_reduce_weighted(X, sample_weight, _lloyd_chunk, _lloyd_combine,
+                            args=(c, with_moments), split_every=split_every, name="lloyd")
     (res,) = compute(d)
     if res["bad"]:
         raise_bad(res["bad"])
@@ -136,15 +202,17 @@ def tolerance_from_moments(moments, tol):
 
 
 def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=None,
-               update=None):
+               update=None, sample_weight=None):
     """One Lloyd iteration (one pass over X): ``(new_centers, record, tol_abs)``.
 
     ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
     with ``tol_abs`` None the variance is computed in this pass and turned into
     the absolute tolerance returned.  Memory per worker: a few chunks plus K×D
-    float64 partials.
+    float64 partials.  With ``sample_weight`` (a float Dask array with X's
+    row chunks) the centers are weighted means, the objective and the
+    variance are weighted.
 
-    Empty clusters keep their previous center and are listed in the record
+    Empty clusters (or clusters of total weight 0) keep their previous center and are listed in the record
     under ``empty_clusters``.  ``update``, if given, maps the new centers
     (float64) to the centers actually used (e.g. a projection, for K-means-ℓ1).
     The record holds ``iteration``, ``objective`` (w.r.t. ``centers``),
@@ -153,7 +221,8 @@ def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=Non
     """
     t0 = time.perf_counter()
     centers = np.asarray(centers, dtype=X.dtype)
-    res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None)
+    res = lloyd_pass(X, centers, split_every=split_every, with_moments=tol_abs is None,
+                     sample_weight=sample_weight)
     if tol_abs is None:
         tol_abs = tolerance_from_moments(res["moments"], tol)
     counts = res["counts"]
@@ -230,9 +299,12 @@ def center_distances(X, centers):
                        n_columns=centers.shape[0], name="center-distances")
 
 
-def _inertia_chunk(block, centers, index, offset):
+def _inertia_chunk(block, weights, centers, index, offset):
     _, mind = _assign(block, centers)
-    s = float(mind.sum())
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = float(mind.sum()) if weights is None else float(np.dot(weights, mind))
+    if not np.isfinite(mind).all():
+        s = np.inf
     return (s, None if np.isfinite(s) else describe_bad(block, offset, mind, centers))
 
 
@@ -240,12 +312,12 @@ def _inertia_combine(parts):
     return (sum(p[0] for p in parts), first_bad(*(p[1] for p in parts)))
 
 
-def inertia(X, centers, *, split_every=None):
-    """Σ ‖x − nearest center‖² over X, in float64 (one pass); refuses X as
-    :func:`lloyd_pass`."""
+def inertia(X, centers, *, split_every=None, sample_weight=None):
+    """Σ w·‖x − nearest center‖² over X (w = 1 without ``sample_weight``), in
+    float64 (one pass); refuses X as :func:`lloyd_pass`."""
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
-    d = map_blocks_reduce(X, _inertia_chunk, _inertia_combine, args=(c,),
-                          split_every=split_every, with_offsets=True, name="inertia")
+    d = map_reduce_weighted(X, sample_weight, _inertia_chunk, _inertia_combine, args=(c,),
+                            split_every=split_every, name="inertia")
     ((value, bad),) = compute(d)
     if bad:
         raise_bad(bad)
@@ -253,35 +325,87 @@ def inertia(X, centers, *, split_every=None):
 
 
 # --------------------------------------------------------------------------- sampling
-def sample_rows(X, n, rng, *, dense=True):
+def sample_rows(X, n, rng, *, dense=True, sample_weight=None):
     """``n`` distinct rows of X drawn uniformly (one pass over the chunks touched).
 
     Rows of CSR-chunked X come back as a dense array, or as a CSR matrix
-    with ``dense=False``.
+    with ``dense=False``.  With ``sample_weight`` (a Dask array with X's row
+    chunks) returns ``(rows, their weights)``.
     """
     N = X.shape[0]
     as_out = _dense if dense else (lambda a: a)
     if n >= N:
-        return as_out(compute(X)[0])
+        if sample_weight is None:
+            return as_out(compute(X)[0])
+        rows, w = compute(X, sample_weight)
+        return as_out(rows), np.asarray(w, dtype=np.float64)
     idx = np.sort(rng.choice(N, size=n, replace=False))
-    return as_out(compute(X[idx])[0])
+    if sample_weight is None:
+        return as_out(compute(X[idx])[0])
+    rows, w = compute(X[idx], sample_weight[idx])
+    return as_out(rows), np.asarray(w, dtype=np.float64)
+
+
+def _es_chunk(weights, n, seed, index, offset):
+    """The ``n`` largest keys log(u)/w of a block's rows (Efraimidis & Spirakis)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(index,)))
+    u = rng.random(weights.shape[0])
+    with np.errstate(divide="ignore"):
+        keys = np.where(weights > 0, np.log(np.maximum(u, 1e-300)) / weights, -np.inf)
+    sel = np.argsort(-keys, kind="stable")[:n]
+    sel = sel[np.isfinite(keys[sel])]
+    return keys[sel], sel + offset
+
+
+def _es_combine(parts, n=None):
+    keys = np.concatenate([p[0] for p in parts])
+    rows = np.concatenate([p[1] for p in parts])
+    sel = np.argsort(-keys, kind="stable")[:n]
+    return keys[sel], rows[sel]
+
+
+def weighted_sample_rows(X, sample_weight, n, rng, *, dense=True):
+    """``n`` distinct rows of X drawn with probability proportional to their
+    weight, without replacement (successive sampling, as
+    ``numpy.random.Generator.choice(p=w/Σw, replace=False)``): one pass over
+    the weights by the keys of Efraimidis & Spirakis, "Weighted random sampling
+    with a reservoir", Information Processing Letters, 2006, then one read of
+    the chunks touched.  Rows of weight 0 are never drawn; fewer than ``n``
+    rows come back when fewer have a positive weight.
+    """
+    seed = int(rng.integers(2**63 - 1))
+    wb = np.asarray(sample_weight.to_delayed(optimize_graph=True)).reshape(-1)
+    offsets = block_offsets(sample_weight.chunks[0])
+    task = delayed(_es_chunk, pure=True)
+    parts = [task(wb[i], n, seed, i, int(offsets[i])) for i in range(len(wb))]
+    d = tree_reduce(parts, partial(_es_combine, n=n), DEFAULT_SPLIT_EVERY,
+                    name="weighted-sample")
+    ((_, idx),) = compute(d)
+    idx = np.sort(idx)
+    out = compute(X[idx])[0]
+    return _dense(out) if dense else out
 
 
 # --------------------------------------------------------------------------- k-means||
-def _kmp_round_chunk(block, candidates, ell, top, seed, rnd, index, offset):
+def _sum_arrays(parts):
+    return sum(parts[1:], parts[0].copy())
+
+
+def _kmp_round_chunk(block, weights, candidates, ell, top, seed, rnd, index, offset):
     """d² to the candidate set, its sum φ, and the ``top`` largest sampling keys.
 
     A row is kept with probability min(1, ℓ·d²/φ) ⇔ u < ℓ·d²/φ ⇔ d²/u > φ/ℓ for
-    u ~ U(0, 1).  φ is only known after the reduction, so every chunk returns
+    u ~ U(0, 1) (with weights, w·d² in place of d²).  φ is only known after the reduction, so every chunk returns
     its ``top`` largest keys d²/u with their rows; the driver keeps those above
     φ/ℓ.  If a chunk's whole top list passes the threshold it may have more
     rows to give; the driver then re-reads that chunk alone.
     """
     _, mind = _assign(block, candidates)
-    phi = float(mind.sum())
+    wmind = _weighted(mind, weights)
+    phi = float(wmind.sum())
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
     u = rng.random(block.shape[0])
-    keys = mind / np.maximum(u, 1e-300)
+    keys = wmind / np.maximum(u, 1e-300)
     if keys.size > top:
         sel = np.argpartition(-keys, top - 1)[:top]
     else:
@@ -296,34 +420,50 @@ def _kmp_combine(parts):
             "bad": first_bad(*(p["bad"] for p in parts))}
 
 
-def _count_nearest_chunk(block, candidates):
+def _weighted(mind, weights):
+    """``w·d²`` (``d²`` without weights); a non-finite d² stays non-finite."""
+    if weights is None:
+        return mind
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = np.asarray(weights, dtype=np.float64) * mind
+    out[~np.isfinite(mind)] = np.inf
+    return out
+
+
+def _count_nearest_chunk(block, weights, candidates, index, offset):
     labels, _ = _assign(block, candidates)
-    return np.bincount(labels, minlength=candidates.shape[0]).astype(np.int64)
+    return np.bincount(labels, weights=weights, minlength=candidates.shape[0]) \
+        .astype(np.float64)
 
 
 def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_rounds=5,
-                         split_every=None):
+                         split_every=None, sample_weight=None):
     """k-means‖ (Bahmani et al., 2012): ``n_rounds`` + 2 passes over X.
 
     Round 0 picks one uniform row.  Each round keeps every row independently
     with probability min(1, ℓ·d²(x, C)/φ_X(C)), ℓ = ``oversampling_factor``·K.
     The candidates are weighted by the number of rows nearest to them (one
     more pass) and reduced to K centers by weighted k-means++ then weighted
-    Lloyd on the driver.
+    Lloyd on the driver.  With ``sample_weight`` (a Dask array with X's row
+    chunks), round 0 draws its row by weight, d² becomes w·d² and the
+    candidates' weights are the total weights of their nearest rows.
     """
     from sklearn.cluster import KMeans as _SkKMeans
 
     ell = oversampling_factor * n_clusters
     seed = int(rng.integers(2**63 - 1))
     N = X.shape[0]
-    first = int(rng.integers(N))
-    cand = _dense(compute(X[first:first + 1])[0]).astype(X.dtype)
+    if sample_weight is None:
+        first = int(rng.integers(N))
+        cand = _dense(compute(X[first:first + 1])[0]).astype(X.dtype)
+    else:
+        cand = weighted_sample_rows(X, sample_weight, 1, rng).astype(X.dtype)
     top = int(np.ceil(2 * ell)) + 16
     for rnd in range(n_rounds):
         c = broadcast(np.ascontiguousarray(cand), "candidates")
-        d = map_blocks_reduce(X, _kmp_round_chunk, _kmp_combine,
-                              args=(c, ell, top, seed, rnd), with_offsets=True,
-                              split_every=split_every, name="kmeans-parallel")
+        d = map_reduce_weighted(X, sample_weight, _kmp_round_chunk, _kmp_combine,
+                                args=(c, ell, top, seed, rnd), split_every=split_every,
+                                name="kmeans-parallel")
         (res,) = compute(d)
         if res["bad"]:
             raise_bad(res["bad"])
@@ -337,10 +477,13 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
             if keep.all() and keys.size == top:
                 # the chunk may hold more rows above the threshold: take them all
                 block = compute(X.blocks[index])[0]
+                wblock = None if sample_weight is None else \
+                    np.asarray(compute(sample_weight.blocks[index])[0], dtype=np.float64)
                 _, mind = _assign(block, cand)
                 rg = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(rnd, index)))
                 u = rg.random(block.shape[0])
-                new.append(_dense(block[mind / np.maximum(u, 1e-300) > thresh]))
+                new.append(_dense(block[_weighted(mind, wblock) / np.maximum(u, 1e-300)
+                                        > thresh]))
             else:
                 new.append(rows[keep])
         new = [r for r in new if len(r)]
@@ -348,7 +491,8 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
             cand = np.unique(np.vstack([cand, *new]), axis=0).astype(X.dtype)
         logger.info("k-means|| round %d: phi %.6g, %d candidates", rnd + 1, phi, len(cand))
     if len(cand) <= n_clusters:
-        extra = sample_rows(X, n_clusters, rng)
+        extra = sample_rows(X, n_clusters, rng) if sample_weight is None else \
+            weighted_sample_rows(X, sample_weight, n_clusters, rng)
         cand = np.unique(np.vstack([cand, extra]), axis=0)[: max(n_clusters, len(cand))]
         if len(cand) < n_clusters:
             raise ValueError(f"X has only {len(cand)} distinct rows; cannot find "
@@ -356,8 +500,8 @@ def kmeans_parallel_init(X, n_clusters, *, rng, oversampling_factor=2.0, n_round
         if len(cand) == n_clusters:
             return cand.astype(X.dtype)
     c = broadcast(np.ascontiguousarray(cand, dtype=X.dtype), "candidates")
-    d = map_blocks_reduce(X, _count_nearest_chunk, lambda ps: sum(ps[1:], ps[0].copy()),
-                          args=(c,), split_every=split_every, name="kmeans-parallel-weights")
+    d = map_reduce_weighted(X, sample_weight, _count_nearest_chunk, _sum_arrays, args=(c,),
+                            split_every=split_every, name="kmeans-parallel-weights")
     (weights,) = compute(d)
     km = _SkKMeans(n_clusters, init="k-means++", n_init=1,
                    random_state=int(rng.integers(2**31 - 1)))

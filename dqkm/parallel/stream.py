@@ -11,6 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import scipy.sparse as sp
 
 from .engine import block_offsets, compute
 from .finite import check_block
@@ -19,7 +20,8 @@ __all__ = ["iter_blocks"]
 
 
 def _read(X, i):
-    return np.asarray(compute(X.blocks[i])[0])
+    block = compute(X.blocks[i])[0]
+    return block.tocsr() if sp.issparse(block) else np.asarray(block)
 
 
 def iter_blocks(X, order=None, *, weights=None):
