@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -38,6 +39,10 @@ class LloydAlgorithm(IterativeAlgorithm):
         self.max_iter, self.tol = estimator.max_iter, estimator.tol
         self.split_every = estimator.split_every
         self.algorithm = getattr(estimator, "algorithm", "lloyd")
+        if self.algorithm == "elkan" and estimator.n_clusters == 1:
+            warnings.warn("algorithm='elkan' doesn't make sense for a single cluster. Using "
+                          "'lloyd' instead.", RuntimeWarning, stacklevel=4)
+            self.algorithm = "lloyd"
         self.sample_weight = None
         self._passes = None  # the bound-pruned passes and their per-row state
 
