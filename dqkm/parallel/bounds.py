@@ -35,12 +35,14 @@ import uuid
 import dask
 import numpy as np
 import scipy.sparse as sp
-from dask.delayed import delayed
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+from dask.task_spec import Task, TaskRef
 
 from ..data.row_state import (create_state_directory, read_block_state, remove_block_states,
                               remove_state_directory, write_block_state)
 from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
-from .engine import active_client, broadcast, compute, tree_reduce
+from .engine import _tree_tasks, active_client, broadcast, compute
 from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
@@ -125,8 +127,9 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
     if kind == "hamerly":
         res = hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"])
     else:
+        # in place: the state is this pass's own (a re-run on it stays exact, see the kernel)
         res = elkan_partials(block, centers, *state, geom["shift"], geom["half_sep"],
-                             geom["separations"])
+                             geom["separations"], copy=False)
     sums, counts, obj, labels, mind, upper, lower, skipped = res
     bad = None if np.isfinite(obj) else describe_bad(block, offset, mind, centers)
     if weights is not None and bad is None:
@@ -250,24 +253,38 @@ class BoundedPasses:
                 "directory": self.directory if sidecar else None,
                 "read": self.generation if sidecar and self.has_files else None,
                 "write": self.generation + 1}
-        token = uuid.uuid4().hex[:12]
-        states, parts = [], []
+        client = active_client()
+        name = f"dqkm-bounds-{uuid.uuid4().hex[:12]}"
+        layer, deps, parts, states = {}, [self.xblocks[0], geom], [], []
         for i, (xb, wb) in enumerate(zip(self.xblocks, self.wblocks)):
-            prev = None if sidecar else _alive(self.blocks[i])
-            o = delayed(_bounded_chunk, pure=True)(
-                xb, prev, geom, wb, spec, i, int(self.offsets[i]),
-                dask_key_name=f"dqkm-bounds-{token}-{i}")
-            states.append(delayed(operator.getitem, pure=True)(
-                o, 0, dask_key_name=f"dqkm-bounds-state-{token}-{i}"))
-            parts.append(delayed(operator.getitem, pure=True)(
-                o, 1, dask_key_name=f"dqkm-bounds-part-{token}-{i}"))
-        red = tree_reduce(parts, _combine, self.split_every, name="bounds-combine")
+            prev = None if sidecar else self.blocks[i]
+            if prev is not None and client is not None:  # a persisted result on a worker
+                prev = _alive(prev)
+                if prev is not None:
+                    deps.append(prev)
+                    prev = TaskRef(prev.key)
+            if wb is not None:
+                deps.append(wb)
+                wb = TaskRef(wb.key)
+            k = f"{name}-{i}"
+            layer[k] = Task(k, _bounded_chunk, TaskRef(xb.key), prev, TaskRef(geom.key), wb,
+                            spec, i, int(self.offsets[i]))
+            layer[f"{k}-state"] = Task(f"{k}-state", operator.getitem, TaskRef(k), 0)
+            layer[f"{k}-part"] = Task(f"{k}-part", operator.getitem, TaskRef(k), 1)
+            states.append(f"{k}-state")
+            parts.append(f"{k}-part")
+        root = _tree_tasks(layer, parts, _combine, self.split_every, f"{name}-combine")
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
+        red = Delayed(root, graph, layer=name)
         if sidecar:
             self.written.add(self.generation + 1)
             (res,) = compute(red)
             self._advance_files()
-        else:
-            persisted = dask.persist(*states, red)
+        elif client is None:  # local threads: the blocks' states stay in this process
+            res, *blocks = compute(red, *(Delayed(k, graph, layer=name) for k in states))
+            self.blocks = blocks
+        else:  # on the workers, next to the blocks that computed them
+            persisted = dask.persist(*(Delayed(k, graph, layer=name) for k in states), red)
             self.blocks = list(persisted[:-1])
             (res,) = compute(persisted[-1])
         return res
