@@ -133,10 +133,15 @@ class KMeans(DqkmClusterer):
         when set) when X is re-read every pass; a block whose state is lost,
         and every block after a resume, is assigned by a full scan.  Memory:
         20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
-        'auto' picks by the number of features D and of clusters K (see
-        :func:`dqkm.parallel.bounds.choose_algorithm`).  Pruning is for dense
-        input: CSR input runs 'lloyd'.  ``history_`` records then also hold
-        ``skipped``, the share of row-center distances not computed.
+        'auto' is 'hamerly' from 128 clusters on at up to 64 features, else
+        'lloyd' (see ``dqkm.parallel.bounds.choose_algorithm``).  Pruning
+        is for dense input: CSR input runs 'lloyd', and so does float32 input
+        with more than 32 features (where the Lloyd pass's float32 GEMM rounds
+        near-ties otherwise than the exact distances the bounds are checked
+        against).  On float32 data the bounds' labels are the exact ones, which
+        are Lloyd's except on near-ties within float32 rounding.  ``history_``
+        records then also hold ``skipped``, the share of row-center distances
+        not computed.
     random_state : int, RandomState instance or None
     persist : 'auto', bool, default='auto'
         Keep X in the workers' memory for the iterations.  'auto' persists when

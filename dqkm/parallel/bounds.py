@@ -21,8 +21,12 @@ plain Lloyd step.  The labels, float64 sums, counts and objective equal
 those of :func:`~dqkm.parallel.lloyd.lloyd_step`, so the centers, inertia and
 number of iterations do too.
 
-Pruning is for dense blocks; CSR-chunked X runs the Lloyd pass (the caller
-dispatches).  State per row: Hamerly 20 bytes (label, upper, one lower
+Pruning is for dense blocks; CSR-chunked X, and float32 X above the Lloyd
+kernel's direct-distance dimension, run the Lloyd pass (the caller dispatches,
+see :func:`choose_algorithm`).  The bounds are checked against exact float64
+distances: on float32 data the labels are the Lloyd pass's except where its
+float32 rounding decides a near-tie (two centers within a relative ~D·6e-8
+of each other) otherwise.  State per row: Hamerly 20 bytes (label, upper, one lower
 bound), Elkan ``12 + 8 K`` bytes (one lower bound per center).
 """
 
@@ -47,7 +51,7 @@ from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
-           "AUTO_MAX_FEATURES"]
+           "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS"]
 
 BOUNDED_ALGORITHMS = ("hamerly", "elkan")
 
@@ -63,22 +67,37 @@ def held_in_memory(X) -> bool:
         isinstance(v, GraphNode) and not hasattr(v, "value") for v in graph.values())
 
 
-# 'auto' prunes up to this many features (above it the Lloyd pass is one GEMM per tile,
-# which the bounds' per-row scans do not beat); see choose_algorithm.
+# 'auto' prunes from this many clusters on (below, the Lloyd pass's SIMD kernel costs less
+# than the bounds' bookkeeping), up to AUTO_MAX_FEATURES features; see choose_algorithm.
+AUTO_MIN_CLUSTERS = 128
 AUTO_MAX_FEATURES = 64
 
 
 def choose_algorithm(algorithm, X, n_clusters) -> str:
     """The pass ``KMeans(algorithm=...)`` runs on X: 'lloyd', 'hamerly' or 'elkan'.
 
-    CSR-chunked X always runs 'lloyd' (pruning is for dense blocks).  'auto'
-    is 'hamerly' up to :data:`AUTO_MAX_FEATURES` features, else 'lloyd'.
+    - CSR-chunked X runs 'lloyd' (pruning is for dense blocks).
+    - float32 X with more than ``dqkm.kernels.lloyd._DIRECT_MAX_D`` features runs
+      'lloyd': there the Lloyd pass assigns by a float32 GEMM, whose rounding
+      decides near-ties otherwise than the exact distances the bounds are
+      checked against, so the bounds could not promise its labels.
+    - 'auto' is 'hamerly' with at least :data:`AUTO_MIN_CLUSTERS` clusters and at
+      most :data:`AUTO_MAX_FEATURES` features, else 'lloyd': with fewer clusters
+      the Lloyd pass's direct kernel costs less per row than the bounds'
+      bookkeeping and the rows they must rescan (benchmarks/bench_kmeans.py
+      ``--converge``); 'elkan' (n × K bounds) is never chosen by 'auto'.
     """
+    from ..kernels.lloyd import _DIRECT_MAX_D
+
     if algorithm == "lloyd" or sp.issparse(getattr(X, "_meta", None)):
+        return "lloyd"
+    if X.dtype == np.float32 and X.shape[1] > _DIRECT_MAX_D:
         return "lloyd"
     if algorithm != "auto":
         return algorithm
-    return "hamerly" if X.shape[1] <= AUTO_MAX_FEATURES else "lloyd"
+    if n_clusters >= AUTO_MIN_CLUSTERS and X.shape[1] <= AUTO_MAX_FEATURES:
+        return "hamerly"
+    return "lloyd"
 
 
 # --------------------------------------------------------------------------- chunk level

@@ -22,7 +22,8 @@ import dqkm
 from dqkm._validation import InvalidParameterError
 from dqkm.exceptions import DataError
 from dqkm.parallel import bounds as pbounds
-from dqkm.parallel.bounds import AUTO_MAX_FEATURES, BoundedPasses, choose_algorithm
+from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, BoundedPasses,
+                                  choose_algorithm)
 
 BOUNDED = ["hamerly", "elkan"]
 
@@ -237,12 +238,16 @@ def test_unknown_algorithm_is_refused(blobs):
         BoundedPasses(da.from_array(blobs), "lloyd")
 
 
-def test_auto_rule_and_sparse_input_run_lloyd():
-    dense = lambda d: da.zeros((100, d), chunks=50)  # noqa: E731
-    assert choose_algorithm("auto", dense(3), 64) == "hamerly"
-    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 16) == "hamerly"
-    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 16) == "lloyd"
+def test_auto_rule_and_inputs_that_run_lloyd():
+    dense = lambda d, dtype=np.float64: da.zeros((100, d), chunks=50, dtype=dtype)  # noqa: E731
+    assert choose_algorithm("auto", dense(3), AUTO_MIN_CLUSTERS) == "hamerly"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 256) == "hamerly"
+    assert choose_algorithm("auto", dense(3), AUTO_MIN_CLUSTERS - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 256) == "lloyd"
     assert choose_algorithm("elkan", dense(300), 16) == "elkan"
+    assert choose_algorithm("hamerly", dense(32, np.float32), 16) == "hamerly"
+    # float32 beyond the direct kernel: Lloyd's float32 GEMM rounding cannot be promised
+    assert choose_algorithm("hamerly", dense(33, np.float32), 16) == "lloyd"
     csr = da.from_array(sp.random(100, 5, density=0.3, format="csr", random_state=0),
                         chunks=(50, 5), asarray=False)
     assert choose_algorithm("elkan", csr, 4) == "lloyd"
