@@ -133,8 +133,8 @@ class KMeans(DqkmClusterer):
         when set) when X is re-read every pass; a block whose state is lost,
         and every block after a resume, is assigned by a full scan.  Memory:
         20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
-        'auto' is 'hamerly' from 128 clusters on at up to 64 features, else
-        'lloyd' (see ``dqkm.parallel.bounds.choose_algorithm``).  Pruning
+        'auto' is 'hamerly' where n_features × n_clusters ≥ 4096 and
+        n_features ≤ 64, else 'lloyd' (see ``dqkm.parallel.bounds.choose_algorithm``).  Pruning
         is for dense input: CSR input runs 'lloyd', and so does float32 input
         with more than 32 features (where the Lloyd pass's float32 GEMM rounds
         near-ties otherwise than the exact distances the bounds are checked

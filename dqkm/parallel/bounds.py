@@ -51,7 +51,7 @@ from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
-           "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS"]
+           "AUTO_MAX_FEATURES", "AUTO_MIN_WORK"]
 
 BOUNDED_ALGORITHMS = ("hamerly", "elkan")
 
@@ -67,9 +67,10 @@ def held_in_memory(X) -> bool:
         isinstance(v, GraphNode) and not hasattr(v, "value") for v in graph.values())
 
 
-# 'auto' prunes from this many clusters on (below, the Lloyd pass's SIMD kernel costs less
-# than the bounds' bookkeeping), up to AUTO_MAX_FEATURES features; see choose_algorithm.
-AUTO_MIN_CLUSTERS = 128
+# 'auto' prunes from this many products n_features × n_clusters on (below, the Lloyd
+# pass's SIMD kernel costs less than the bounds' bookkeeping), up to AUTO_MAX_FEATURES
+# features; see choose_algorithm.
+AUTO_MIN_WORK = 4096
 AUTO_MAX_FEATURES = 64
 
 
@@ -81,11 +82,13 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
       'lloyd': there the Lloyd pass assigns by a float32 GEMM, whose rounding
       decides near-ties otherwise than the exact distances the bounds are
       checked against, so the bounds could not promise its labels.
-    - 'auto' is 'hamerly' with at least :data:`AUTO_MIN_CLUSTERS` clusters and at
-      most :data:`AUTO_MAX_FEATURES` features, else 'lloyd': with fewer clusters
-      the Lloyd pass's direct kernel costs less per row than the bounds'
-      bookkeeping and the rows they must rescan (benchmarks/bench_kmeans.py
-      ``--converge``); 'elkan' (n × K bounds) is never chosen by 'auto'.
+    - 'auto' is 'hamerly' when ``n_features × n_clusters`` is at least
+      :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
+      features, else 'lloyd': below, the Lloyd pass's kernel costs less per row
+      than the bounds' bookkeeping and the rows they must rescan
+      (benchmarks/bench_kmeans.py ``--converge``: the bounds lost at D = 2,
+      K = 16, were even at D = 16, K = 64 and won at D = 32, K = 256 and D = 64,
+      K = 64); 'elkan' (n × K bounds) is never chosen by 'auto'.
     """
     from ..kernels.lloyd import _DIRECT_MAX_D
 
@@ -95,7 +98,7 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
         return "lloyd"
     if algorithm != "auto":
         return algorithm
-    if n_clusters >= AUTO_MIN_CLUSTERS and X.shape[1] <= AUTO_MAX_FEATURES:
+    if X.shape[1] * n_clusters >= AUTO_MIN_WORK and X.shape[1] <= AUTO_MAX_FEATURES:
         return "hamerly"
     return "lloyd"
 

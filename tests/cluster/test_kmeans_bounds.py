@@ -22,7 +22,7 @@ import dqkm
 from dqkm._validation import InvalidParameterError
 from dqkm.exceptions import DataError
 from dqkm.parallel import bounds as pbounds
-from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, BoundedPasses,
+from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_WORK, BoundedPasses,
                                   choose_algorithm)
 
 BOUNDED = ["hamerly", "elkan"]
@@ -240,9 +240,9 @@ def test_unknown_algorithm_is_refused(blobs):
 
 def test_auto_rule_and_inputs_that_run_lloyd():
     dense = lambda d, dtype=np.float64: da.zeros((100, d), chunks=50, dtype=dtype)  # noqa: E731
-    assert choose_algorithm("auto", dense(3), AUTO_MIN_CLUSTERS) == "hamerly"
+    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16) == "hamerly"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 256) == "hamerly"
-    assert choose_algorithm("auto", dense(3), AUTO_MIN_CLUSTERS - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16 - 1) == "lloyd"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 256) == "lloyd"
     assert choose_algorithm("elkan", dense(300), 16) == "elkan"
     assert choose_algorithm("hamerly", dense(32, np.float32), 16) == "hamerly"
