@@ -22,6 +22,18 @@ Each method is timed ``--repeat`` times, interleaved, and the best is kept::
 ``--bounds``: kernel level, one thread, the Hamerly and Elkan steps of
 :mod:`dqkm.kernels.bounds` against Lloyd steps from the same init: seconds per
 step and the share of row-center distances skipped at each iteration.
+
+``--converge``: whole fits to convergence, ``KMeans(algorithm='lloyd' | 'hamerly'
+| 'elkan')`` against scikit-learn's lloyd and elkan (same initial centers, the
+same ``tol=1e-4``), float32 blobs with D ≤ 64 and K ∈ {16, 64, 256}, persisted,
+threads; with the share of distances the bounds skipped per iteration.
+``--ooc``: out of core (Zarr on disk, a LocalCluster of 2 single-thread
+workers, ``persist=False``), D = 16: seconds per iteration of the Lloyd pass
+and of 'hamerly' with its bounds in worker memory and in files beside the data;
+the difference of the last two is the files' extra I/O.  Both default to
+200,000 rows (``--rows``) so that they run on a loaded 2-core machine::
+
+    .venv/bin/python benchmarks/bench_kmeans.py --converge --ooc --rows 200000 [--markdown]
 """
 
 from __future__ import annotations
@@ -342,6 +354,165 @@ def run_bounds(args):
                   f"{skipped['elkan'][i]:.1%} |", flush=True)
 
 
+CONVERGE_CASES = [(2, 16), (16, 64), (32, 256), (64, 64)]
+
+
+def _blobs_init(n, d, k):
+    """float32 blobs, float64 above the Lloyd kernel's direct dimension (float32 X runs
+    'lloyd' there: see dqkm.parallel.bounds.choose_algorithm)."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n, d, centers=k, cluster_std=4.0, center_box=(-50, 50), random_state=0)
+    X = X.astype(np.float32 if d <= lloyd_kernels._DIRECT_MAX_D else np.float64)
+    return X, X[np.random.default_rng(1).choice(n, k, replace=False)]
+
+
+def converge_case(n, d, k, repeat, max_iter):
+    """Seconds of whole fits to convergence (best of ``repeat``), their n_iter, and the
+    share of distances skipped at each iteration by 'hamerly' and 'elkan'."""
+    import dask.array as da
+    from sklearn.cluster import KMeans as SkKMeans
+
+    X, init = _blobs_init(n, d, k)
+    kw = dict(n_clusters=k, init=init, max_iter=max_iter, tol=1e-4)
+    with dask.config.set(scheduler="threads"):
+        Xp = da.from_array(X, chunks=(-(-n // 8), d)).persist()
+        fits = {a: (lambda a=a: dqkm.KMeans(algorithm=a, persist=True, **kw).fit(Xp))
+                for a in ("lloyd", "hamerly", "elkan")}
+        fits["sklearn lloyd"] = lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(X)
+        fits["sklearn elkan"] = lambda: SkKMeans(algorithm="elkan", n_init=1, **kw).fit(X)
+        for a in ("lloyd", "hamerly", "elkan"):  # numba compile / cache load
+            dqkm.KMeans(algorithm=a, **{**kw, "max_iter": 2}).fit(Xp)
+        best, models = dict.fromkeys(fits, np.inf), {}
+        for _ in range(repeat):
+            for name, fit in fits.items():
+                t0 = time.perf_counter()
+                models[name] = fit()
+                best[name] = min(best[name], time.perf_counter() - t0)
+    ref = models["lloyd"]
+    for a in ("hamerly", "elkan"):
+        m = models[a]
+        same = (np.array_equal(m.cluster_centers_, ref.cluster_centers_)
+                and m.n_iter_ == ref.n_iter_ and m.inertia_ == ref.inertia_)
+        assert same, f"{a} differs from lloyd at D={d}, K={k}"
+    skipped = {a: [h["skipped"] for h in models[a].history_] for a in ("hamerly", "elkan")}
+    n_iter = {name: int(m.n_iter_) for name, m in models.items()}
+    return best, n_iter, skipped
+
+
+def run_converge(args):
+    headers = ["D", "K", "iterations (dqkm / sklearn)", "dqkm lloyd", "dqkm hamerly",
+               "dqkm elkan", "sklearn lloyd", "sklearn elkan",
+               "best dqkm bounds ÷ faster sklearn"]
+    rows, skip_rows = [], []
+    print(f"\n### whole fit to convergence: {args.rows:,} rows of blobs (float64 at D > 32), "
+          "8 chunks, threads, persisted, tol=1e-4; seconds\n")
+    for d, k in CONVERGE_CASES:
+        t, it, skipped = converge_case(args.rows, d, k, args.repeat, args.max_iter)
+        peer = min(t["sklearn lloyd"], t["sklearn elkan"])
+        rows.append([d, k, f"{it['lloyd']} / {it['sklearn lloyd']}"]
+                    + [f"{t[c]:.2f}" for c in ("lloyd", "hamerly", "elkan", "sklearn lloyd",
+                                                "sklearn elkan")]
+                    + [f"{min(t['hamerly'], t['elkan']) / peer:.2f}"])
+        print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
+        for a in ("hamerly", "elkan"):
+            s = skipped[a]
+            at = [2, 3, 5, 10, 20]
+            skip_rows.append([d, k, a] + [f"{s[i - 1]:.1%}" if i <= len(s) else "–" for i in at]
+                             + [f"{s[-1]:.1%}", f"{np.mean(s):.1%}"])
+    table = markdown_table(headers, rows)
+    skip_table = markdown_table(["D", "K", "algorithm", "it. 2", "it. 3", "it. 5", "it. 10",
+                                 "it. 20", "last", "mean over the fit"], skip_rows)
+    print("\n" + table + "\n\nshare of row-center distances skipped, by iteration\n\n"
+          + skip_table)
+    return table, skip_table
+
+
+def _ooc_seconds(X, kind, n_iter, in_memory=None):
+    """Mean seconds of iterations 2 … n_iter of ``KMeans(algorithm=kind, persist=False)``."""
+    from dqkm.parallel import bounds
+
+    init = np.asarray(X[:64].compute())
+    saved = bounds.held_in_memory
+    if in_memory is not None:
+        bounds.held_in_memory = lambda X: in_memory
+    try:
+        km = dqkm.KMeans(64, algorithm=kind, init=init, tol=0.0, max_iter=n_iter,
+                         persist=False).fit(X)
+    finally:
+        bounds.held_in_memory = saved
+    return float(np.mean([h["seconds"] for h in km.history_[1:]])), km
+
+
+def run_ooc(args, tmp):
+    from distributed import Client, LocalCluster
+
+    n, d = args.rows, 16
+    X, _ = datasets.make_blobs(n, d, 64, cluster_std=4.0, random_state=0, chunks=n // 8,
+                               path=f"{tmp}/ooc.zarr")
+    with dask.config.set(NO_TRIM), LocalCluster(n_workers=2, threads_per_worker=1,
+                                                dashboard_address=None,
+                                                silence_logs=logging.ERROR) as cluster, \
+            Client(cluster), dask.config.set({"temporary-directory": tmp}):
+        _ooc_seconds(X, "hamerly", 2)  # numba compile / cache load on the workers
+        best = {"lloyd": np.inf, "memory": np.inf, "files": np.inf}
+        for _ in range(args.repeat):
+            best["lloyd"] = min(best["lloyd"], _ooc_seconds(X, "lloyd", args.iters)[0])
+            best["memory"] = min(best["memory"], _ooc_seconds(X, "hamerly", args.iters, True)[0])
+            sec, km = _ooc_seconds(X, "hamerly", args.iters, False)
+            best["files"] = min(best["files"], sec)
+    x_bytes, state_bytes = X.nbytes, n * 3 * 8
+    row = [f"{n:,} × {d}", 64, f"{best['lloyd']:.3f}", f"{best['memory']:.3f}",
+           f"{best['files']:.3f}", f"{(best['files'] - best['memory']) / best['lloyd']:+.1%}",
+           f"{2 * state_bytes / x_bytes:.2f}", f"{km.history_[-1]['skipped']:.1%}"]
+    table = markdown_table(["X", "K", "lloyd", "hamerly, bounds in memory",
+                            "hamerly, bounds in files", "files − memory, ÷ lloyd",
+                            "bounds bytes moved ÷ X bytes read", "skipped, last iteration"],
+                           [row])
+    print(f"\n### out of core (Zarr, LocalCluster 2 × 1 thread, persist=False): seconds per "
+          f"iteration, mean of iterations 2 … {args.iters}, best of {args.repeat}\n\n" + table)
+    return table
+
+
+def write_bounds_page(args, converge, ooc):
+    """The page's bound-pruning sections; the low-dimension table of the last
+    ``--lowd`` run (if the page holds one) is kept below them."""
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks", "kmeans.md")
+    kept = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+        start = text.find("Seconds per Lloyd iteration")
+        if start >= 0:
+            kept = ("\n\n## Per iteration, low dimension (the last `--lowd` run, kept from "
+                    "the previous version of this page)\n\n" + text[start:].strip())
+    parts = []
+    if converge is not None:
+        table, skip_table = converge
+        parts.append(
+            "## Whole fit to convergence with exact bounds\n\n"
+            f"{args.rows:,} rows of blobs (`cluster_std=4`, centers in [−50, 50]; float32, "
+            "float64 at D = 64 where float32 X runs 'lloyd') in 8 "
+            "persisted chunks, Dask's threaded scheduler; every method starts from the same "
+            "initial centers with `tol=1e-4`; scikit-learn runs in memory with 2 threads. "
+            "Seconds for the whole fit, best of "
+            f"{args.repeat} interleaved runs. dqkm's three algorithms gave identical centers, "
+            "inertia and n_iter (checked in the run).\n\n" + table
+            + "\n\nShare of row-center distances skipped by the bounds, by iteration (the "
+            "first pass has no bounds yet and computes them all):\n\n" + skip_table)
+    if ooc is not None:
+        parts.append(
+            "## Out of core: the bounds' extra I/O\n\n"
+            "Zarr store on local disk, `distributed.LocalCluster` of 2 single-thread workers, "
+            "`persist=False` (every pass re-reads X). 'hamerly' keeps 3 float64 numbers per row; "
+            "in files, every pass reads the previous pass's file and writes its own. Seconds "
+            f"per iteration, mean of iterations 2 … {args.iters}, best of {args.repeat}; the "
+            "\"files − memory\" column is the files' cost as a share of a Lloyd pass.\n\n"
+            + ooc)
+    write_page("kmeans", "K-means: whole fits with exact bounds, out of core, low dimension",
+               "\n\n".join(parts) + kept)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
@@ -352,6 +523,11 @@ def main():
                    help="the low-dimension part only (D = 2 … 64 against scikit-learn and faiss)")
     p.add_argument("--bounds", action="store_true",
                    help="kernel-level Hamerly/Elkan steps against Lloyd steps (one thread)")
+    p.add_argument("--converge", action="store_true",
+                   help="whole fits to convergence with bounds against scikit-learn")
+    p.add_argument("--ooc", action="store_true",
+                   help="out of core: the bounds' files against a Lloyd pass at D = 16")
+    p.add_argument("--max-iter", type=int, default=300, help="max_iter of --converge")
     p.add_argument("--rows", type=int, default=500_000, help="rows of the low-dimension part")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per method (best kept)")
     add_markdown_option(p)
@@ -365,6 +541,15 @@ def main():
         return
     if args.bounds:
         run_bounds(args)
+        return
+    if args.converge or args.ooc:
+        converge = run_converge(args) if args.converge else None
+        ooc = None
+        if args.ooc:
+            with tempfile.TemporaryDirectory() as tmp:
+                ooc = run_ooc(args, tmp)
+        if args.markdown:
+            write_bounds_page(args, converge, ooc)
         return
     with tempfile.TemporaryDirectory() as tmp:
         if args.memory:

@@ -150,6 +150,11 @@ class IterativeAlgorithm(ABC):
         ``directory`` and what :meth:`pack_meta` returned (``meta``)."""
         return state
 
+    def close(self):
+        """Called once when the fit ends, however it ends: release what the
+        algorithm keeps beside the state (e.g. per-row state on the workers or
+        in files it created)."""
+
     checkpoint_optional: tuple = ()
     """Glob patterns of state-group directories the loader does without."""
 
@@ -199,6 +204,9 @@ class Composed(IterativeAlgorithm):
 
     def load_extra(self, state, directory, meta):
         return self.inner.load_extra(state, directory, meta)
+
+    def close(self):
+        return self.inner.close()
 
 
 def stored_identity(checkpoint):
@@ -380,4 +388,7 @@ def run_fit(algorithm: IterativeAlgorithm, X, *, n_init=1, random_state=None, ca
             fit = _Fit(algorithm, X, n_init, callback, ck, checkpoint, reporter)
             return fit.run(rng, saved)
     finally:
-        reporter.close()
+        try:
+            algorithm.close()
+        finally:
+            reporter.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
@@ -11,6 +12,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ..parallel.bounds import BoundedPasses, choose_algorithm
 from ..parallel.engine import driver_blas, maybe_persist
 from ..exceptions import InvalidParameterError
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
@@ -55,22 +57,53 @@ class LloydAlgorithm(IterativeAlgorithm):
         self.name = type(estimator).__name__
         self.max_iter, self.tol = estimator.max_iter, estimator.tol
         self.split_every = estimator.split_every
+        self.algorithm = getattr(estimator, "algorithm", "lloyd")
+        if self.algorithm == "elkan" and estimator.n_clusters == 1:
+            warnings.warn("algorithm='elkan' doesn't make sense for a single cluster. Using "
+                          "'lloyd' instead.", RuntimeWarning, stacklevel=4)
+            self.algorithm = "lloyd"
         self.sample_weight = None
+        self._passes = None  # the bound-pruned passes and their per-row state
 
     def identity(self, X):
-        """Every constructor parameter but ``persist`` and ``verbose``, X's shape,
-        dtype, row chunks and fingerprint (one pass over X), and the weights'
-        fingerprint when the fit has weights."""
+        """Every constructor parameter but ``persist``, ``verbose`` and ``algorithm``
+        (it does not change the result: the bounds are rebuilt on resume), X's
+        shape, dtype, row chunks and fingerprint (one pass over X), and the
+        weights' fingerprint when the fit has weights."""
         extra = {}
         if self.sample_weight is not None:
             extra["sample_weight"] = data_fingerprint(self.sample_weight[:, None])
-        return identity_from_params(self.estimator, X, fingerprint=data_fingerprint(
-            X, split_every=self.split_every), **extra)
+        return identity_from_params(self.estimator, X, ignored=("algorithm",),
+                                    fingerprint=data_fingerprint(X, split_every=self.split_every),
+                                    **extra)
+
+    def _bounded(self, X):
+        """The :class:`~dqkm.parallel.bounds.BoundedPasses` of X, or None for Lloyd."""
+        kind = choose_algorithm(self.algorithm, X, self.estimator.n_clusters)
+        if kind == "lloyd":
+            return None
+        if self._passes is None or self._passes.X is not X or self._passes.kind != kind:
+            self.close()
+            self._passes = BoundedPasses(X, kind, split_every=self.split_every,
+                                         sample_weight=self.sample_weight)
+        return self._passes
+
+    def begin_run(self, rng):
+        if self._passes is not None:
+            self._passes.reset()
+
+    def close(self):
+        if self._passes is not None:
+            self._passes.close()
+            self._passes = None
 
     def init_state(self, X, rng):
         return self.estimator._initial_centers(X, rng, sample_weight=self.sample_weight)
 
     def step(self, X, state, iteration, tol_abs):
+        passes = self._bounded(X)
+        if passes is not None:
+            return passes.step(state, iteration, tol=self.tol, tol_abs=tol_abs)
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
                           split_every=self.split_every, sample_weight=self.sample_weight)
 
@@ -131,6 +164,28 @@ class KMeans(CenterInference, DqkmClusterer):
     tol : float, default=1e-4
         Relative tolerance (scikit-learn's meaning): stop when the sum of
         squared center shifts is at most ``tol`` × the mean feature variance.
+    algorithm : {'lloyd', 'elkan', 'hamerly', 'auto'}, default='lloyd'
+        How each iteration assigns the rows (scikit-learn's parameter).  'lloyd'
+        computes every row-center distance.  'hamerly' (Hamerly 2010: one upper
+        and one lower bound per row) and 'elkan' (Elkan 2003: one lower bound
+        per row and center) keep exact triangle-inequality bounds from one
+        pass to the next and skip the distances they prove useless: the labels,
+        centers, inertia and ``n_iter_`` are those of 'lloyd'.  The bounds are
+        per-row state aligned with X's row chunks, held in the workers'
+        memory when X is persisted and in files beside the data (a temporary
+        directory the fit creates and removes; Dask's ``temporary-directory``
+        when set) when X is re-read every pass; a block whose state is lost,
+        and every block after a resume, is assigned by a full scan.  Memory:
+        20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
+        'auto' is 'hamerly' where n_features × n_clusters ≥ 4096 and
+        n_features ≤ 64, else 'lloyd' (see ``dqkm.parallel.bounds.choose_algorithm``).  Pruning
+        is for dense input: CSR input runs 'lloyd', and so does float32 input
+        with more than 32 features (where the Lloyd pass's float32 GEMM rounds
+        near-ties otherwise than the exact distances the bounds are checked
+        against).  On float32 data the bounds' labels are the exact ones, which
+        are Lloyd's except on near-ties within float32 rounding.  ``history_``
+        records then also hold ``skipped``, the share of row-center distances
+        not computed.
     random_state : int, RandomState instance or None
     persist : 'auto', bool, default='auto'
         Keep X in the workers' memory for the iterations.  'auto' persists when
@@ -185,6 +240,7 @@ class KMeans(CenterInference, DqkmClusterer):
         "n_init": [Options(str, {"auto"}), Interval(Integral, 1, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "algorithm": [Options(str, {"lloyd", "elkan", "hamerly", "auto"})],
         "random_state": ["random_state"],
         "persist": PERSIST,
         "split_every": SPLIT_EVERY,
@@ -196,13 +252,14 @@ class KMeans(CenterInference, DqkmClusterer):
     _accept_sparse = True
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
-                 tol=1e-4, random_state=None, persist="auto", split_every=None,
+                 tol=1e-4, algorithm="lloyd", random_state=None, persist="auto", split_every=None,
                  oversampling_factor=2.0, init_max_iter=None, verbose=0):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
         self.max_iter = max_iter
         self.tol = tol
+        self.algorithm = algorithm
         self.random_state = random_state
         self.persist = persist
         self.split_every = split_every

@@ -74,7 +74,7 @@ class KMeansL1(KMeans):
     _accept_sparse = True
 
     _parameter_constraints = {
-        **KMeans._parameter_constraints,
+        **{k: v for k, v in KMeans._parameter_constraints.items() if k != "algorithm"},
         "radius": [Interval(Real, 0, None, closed="neither")],
         "tol_l1": [Interval(Real, 0, None, closed="left")],
     }

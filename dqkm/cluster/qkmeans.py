@@ -280,7 +280,7 @@ class QKMeans(KMeans):
     """
 
     _parameter_constraints = {
-        **KMeans._parameter_constraints,
+        **{k: v for k, v in KMeans._parameter_constraints.items() if k != "algorithm"},
         "sparsity": ["integer"],  # in [1, min(n_clusters, n_features)]: checked by fit
         "n_factors": [Interval(Integral, 2, None, closed="left"), None],
         "init_factorization": [Options(str, _INIT_FACTORIZATION)],

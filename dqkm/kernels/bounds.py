@@ -342,12 +342,17 @@ def _check_state(n, k, labels, upper, lower, lower_shape):
                          f"[{labels.min()}, {labels.max()}].")
 
 
-def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separations):
+def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separations, *,
+                   copy=True):
     """One Lloyd step on a chunk with Elkan's bounds (one lower bound per row and center).
 
     As :func:`hamerly_partials`, except that ``lower`` has shape
     ``(n_rows, n_clusters)`` and ``separations`` is
-    :func:`center_separations` of ``centers`` (K × K, float64).
+    :func:`center_separations` of ``centers`` (K × K, float64).  With
+    ``copy=False`` a C-contiguous float64 ``lower`` is updated in place and
+    returned (the n × K copy costs as much as the step once most distances are
+    skipped); the bounds it holds at any moment stay valid for the new centers,
+    so a step re-run on a partly updated ``lower`` gives the same result.
 
     Returns
     -------
@@ -360,7 +365,7 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     n, k = X.shape[0], centers.shape[0]
     labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
     upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
-    lower = np.array(lower, dtype=np.float64, copy=True, order="C")
+    lower = np.array(lower, dtype=np.float64, copy=True if copy else None, order="C")
     shift = np.ascontiguousarray(shift, dtype=np.float64)
     half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
     cc = np.ascontiguousarray(separations, dtype=np.float64)

@@ -1,0 +1,327 @@
+"""Bound-pruned Lloyd passes on Dask: Hamerly's or Elkan's per-row bounds kept beside X.
+
+:class:`BoundedPasses` runs the iterations of ``KMeans(algorithm='hamerly' |
+'elkan')``.  Every pass is one blockwise map and one tree reduction, as a
+Lloyd pass (:func:`dqkm.parallel.lloyd.lloyd_step`); in addition each row
+block carries its rows' labels and bounds (:mod:`dqkm.kernels.bounds`) from
+one pass to the next:
+
+- X persisted (held in the workers' memory): the state of block ``i`` is a
+  persisted task result on the worker that computed it, next to the block;
+- X re-read every pass (``persist=False``): the state of block ``i`` is a file
+  beside the data (:mod:`dqkm.data.row_state`), in a directory this module
+  creates and removes, so memory stays bounded by a few chunks per worker.
+
+Exactness does not depend on the state surviving.  The bounds of a block are
+valid for the centers they were last updated with (:attr:`BoundedPasses.valid_for`)
+and are moved by the exact center shifts, whatever the centers did in
+between; a block without state (the first pass, a run's start, a resume from
+a checkpoint, a file or a worker lost) is assigned by a full scan, which is a
+plain Lloyd step.  The labels, float64 sums, counts and objective equal
+those of :func:`~dqkm.parallel.lloyd.lloyd_step`, so the centers, inertia and
+number of iterations do too.
+
+Pruning is for dense blocks; CSR-chunked X, and float32 X above the Lloyd
+kernel's direct-distance dimension, run the Lloyd pass (the caller dispatches,
+see :func:`choose_algorithm`).  The bounds are checked against exact float64
+distances: on float32 data the labels are the Lloyd pass's except where its
+float32 rounding decides a near-tie (two centers within a relative ~D·6e-8
+of each other) otherwise.  State per row: Hamerly 20 bytes (label, upper, one lower
+bound), Elkan ``12 + 8 K`` bytes (one lower bound per center).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+import uuid
+
+import dask
+import numpy as np
+import scipy.sparse as sp
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+from dask.task_spec import Task, TaskRef
+
+from ..data.row_state import (create_state_directory, read_block_state, remove_block_states,
+                              remove_state_directory, write_block_state)
+from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
+from .engine import _tree_tasks, active_client, broadcast, compute
+from .finite import describe_bad, first_bad, raise_bad
+from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
+
+__all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
+           "AUTO_MAX_FEATURES", "AUTO_MIN_WORK"]
+
+BOUNDED_ALGORITHMS = ("hamerly", "elkan")
+
+
+def held_in_memory(X) -> bool:
+    """Whether X's blocks are held in memory (a persisted array: its graph is its
+    blocks' values or futures, no task that reads a store)."""
+    from dask.task_spec import GraphNode
+
+    graph = dict(X.__dask_graph__())
+    n_blocks = int(np.prod(X.numblocks))
+    return len(graph) == n_blocks and not any(
+        isinstance(v, GraphNode) and not hasattr(v, "value") for v in graph.values())
+
+
+# 'auto' prunes from this many products n_features × n_clusters on (below, the Lloyd
+# pass's SIMD kernel costs less than the bounds' bookkeeping), up to AUTO_MAX_FEATURES
+# features; see choose_algorithm.
+AUTO_MIN_WORK = 4096
+AUTO_MAX_FEATURES = 64
+
+
+def choose_algorithm(algorithm, X, n_clusters) -> str:
+    """The pass ``KMeans(algorithm=...)`` runs on X: 'lloyd', 'hamerly' or 'elkan'.
+
+    - CSR-chunked X runs 'lloyd' (pruning is for dense blocks).
+    - float32 X with more than ``dqkm.kernels.lloyd._DIRECT_MAX_D`` features runs
+      'lloyd': there the Lloyd pass assigns by a float32 GEMM, whose rounding
+      decides near-ties otherwise than the exact distances the bounds are
+      checked against, so the bounds could not promise its labels.
+    - 'auto' is 'hamerly' when ``n_features × n_clusters`` is at least
+      :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
+      features, else 'lloyd': below, the Lloyd pass's kernel costs less per row
+      than the bounds' bookkeeping and the rows they must rescan
+      (benchmarks/bench_kmeans.py ``--converge``: the bounds lost at D = 2,
+      K = 16, were even at D = 16, K = 64 and won at D = 32, K = 256 and D = 64,
+      K = 64); 'elkan' (n × K bounds) is never chosen by 'auto'.
+    """
+    from ..kernels.lloyd import _DIRECT_MAX_D
+
+    if algorithm == "lloyd" or sp.issparse(getattr(X, "_meta", None)):
+        return "lloyd"
+    if X.dtype == np.float32 and X.shape[1] > _DIRECT_MAX_D:
+        return "lloyd"
+    if algorithm != "auto":
+        return algorithm
+    if X.shape[1] * n_clusters >= AUTO_MIN_WORK and X.shape[1] <= AUTO_MAX_FEATURES:
+        return "hamerly"
+    return "lloyd"
+
+
+# --------------------------------------------------------------------------- chunk level
+def _unpack(state, n, k, kind):
+    """(labels, upper, lower) from the 2-D float64 array a sidecar file holds."""
+    if state is None:
+        return None
+    lower = state[:, 2] if kind == "hamerly" else state[:, 2:]
+    return state[:, 0].astype(np.int32), state[:, 1].copy(), np.ascontiguousarray(lower)
+
+
+def _pack(labels, upper, lower):
+    n = labels.shape[0]
+    return np.concatenate([labels.astype(np.float64)[:, None], upper[:, None],
+                           lower.reshape(n, -1)], axis=1)
+
+
+def _fresh(n, k, kind):
+    lower = np.zeros(n) if kind == "hamerly" else np.zeros((n, k))
+    return np.full(n, -1, dtype=np.int32), np.zeros(n), lower
+
+
+def _weighted(block, labels, mind, w, k):
+    """Weighted sums and weight sums per cluster, and the weighted objective (float64)."""
+    w = np.asarray(w, dtype=np.float64).reshape(-1)
+    n = block.shape[0]
+    onehot = sp.csr_matrix((w, (labels, np.arange(n))), shape=(k, n))
+    sums = np.asarray(onehot @ np.asarray(block, dtype=np.float64))
+    counts = np.bincount(labels, weights=w, minlength=k)
+    return sums, counts, float(w @ mind)
+
+
+def _bounded_chunk(block, state, geom, weights, spec, index, offset):
+    """One block's bounded step: ``(new_state, partial)``; with a sidecar the new
+    state is written to its file and ``new_state`` is None."""
+    kind, centers = spec["kind"], geom["centers"]
+    n, k = block.shape[0], centers.shape[0]
+    lower_shape = (n,) if kind == "hamerly" else (n, k)
+    if spec["directory"] is not None:
+        state = None
+        if spec["read"] is not None:
+            state = _unpack(read_block_state(spec["directory"], spec["read"], index,
+                                             (n, 2 + (1 if kind == "hamerly" else k))), n, k, kind)
+    if state is None or state[0].shape != (n,) or state[2].shape != lower_shape:
+        state = _fresh(n, k, kind)  # no bounds yet: the kernel scans every center (Lloyd)
+    if kind == "hamerly":
+        res = hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"])
+    else:
+        # in place: the state is this pass's own (a re-run on it stays exact, see the kernel)
+        res = elkan_partials(block, centers, *state, geom["shift"], geom["half_sep"],
+                             geom["separations"], copy=False)
+    sums, counts, obj, labels, mind, upper, lower, skipped = res
+    bad = None if np.isfinite(obj) else describe_bad(block, offset, mind, centers)
+    if weights is not None and bad is None:
+        sums, counts, obj = _weighted(block, labels, mind, weights, k)
+    part = {"sums": sums, "counts": counts, "objective": obj, "bad": bad,
+            "skipped": int(skipped), "distances": int(n) * int(k)}
+    if spec["with_moments"]:
+        part["moments"] = _moments(block)
+    new_state = (labels, upper, lower)
+    if spec["directory"] is not None:
+        write_block_state(spec["directory"], spec["write"], index, _pack(*new_state))
+        new_state = None
+    return new_state, part
+
+
+def _combine(parts):
+    out = _lloyd_combine(parts)
+    out["skipped"] = sum(p["skipped"] for p in parts)
+    out["distances"] = sum(p["distances"] for p in parts)
+    return out
+
+
+def _alive(block_state):
+    """The persisted state of a block, or None if a worker lost it (the block is
+    then recomputed by a full scan rather than by re-running earlier passes)."""
+    if block_state is None:
+        return None
+    client = active_client()
+    if client is None:
+        return block_state
+    from distributed import futures_of
+
+    futures = futures_of(block_state)
+    return block_state if all(f.status == "finished" for f in futures) else None
+
+
+# --------------------------------------------------------------------------- driver level
+class BoundedPasses:
+    """Bound-pruned Lloyd steps over X, with each row block's bounds kept beside it.
+
+    Parameters
+    ----------
+    X : dask.array.Array of shape (n_samples, n_features), dense, chunked along rows
+    kind : {'hamerly', 'elkan'}
+    split_every : int or None
+        Fan-in of the tree reduction (None: 8).
+    sample_weight : dask.array.Array of shape (n_samples,) or None
+        Float weights with X's row chunks: the sums, counts (weight sums) and
+        objective are weighted by them.
+    in_memory : bool or None
+        Keep the state in the workers' memory (True) or in files beside the data
+        (False); None: in memory when X is persisted (:func:`held_in_memory`).
+    directory : str or None
+        Where the state directory is created with ``in_memory=False`` (None:
+        Dask's ``temporary-directory``, else the system's temporary directory).
+    """
+
+    def __init__(self, X, kind, *, split_every=None, sample_weight=None, in_memory=None,
+                 directory=None):
+        if kind not in BOUNDED_ALGORITHMS:
+            raise ValueError(f"kind must be one of {BOUNDED_ALGORITHMS}; got {kind!r}.")
+        self.X, self.kind, self.split_every = X, kind, split_every or 8
+        self.xblocks = list(np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1))
+        self.wblocks = [None] * len(self.xblocks)
+        if sample_weight is not None:
+            self.wblocks = list(np.asarray(sample_weight.to_delayed()).reshape(-1))
+        self.offsets = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
+        self.in_memory = held_in_memory(X) if in_memory is None else bool(in_memory)
+        self.base, self.directory = directory, None
+        self.generation = 0  # the sidecar files of this pass hold the current bounds
+        self.written = set()  # the generations whose files may exist
+        self.reset()
+
+    def reset(self):
+        """Forget every block's bounds (the next pass scans all centers)."""
+        self.blocks = [None] * len(self.xblocks)
+        self.valid_for = None
+        self.has_files = False
+
+    def drop_block(self, index):
+        """Forget block ``index``'s bounds, as a lost worker or file would."""
+        self.blocks[index] = None
+        if self.directory is not None and self.has_files:
+            remove_block_states(self.directory, self.generation, [index])
+
+    def step(self, centers, iteration, *, tol, tol_abs):
+        """One Lloyd iteration with pruning: ``(new_centers, record, tol_abs)`` as
+        :func:`~dqkm.parallel.lloyd.lloyd_step`; the record also holds
+        ``skipped``, the share of row-center distances not computed."""
+        t0 = time.perf_counter()
+        X = self.X
+        centers = np.asarray(centers, dtype=X.dtype)
+        half_sep, shift = center_geometry(centers, self.valid_for)
+        geom = {"centers": np.ascontiguousarray(centers), "shift": shift, "half_sep": half_sep}
+        if self.kind == "elkan":
+            geom["separations"] = center_separations(centers)
+        res = self._pass(broadcast(geom, "bounds-geometry"), tol_abs is None)
+        self.valid_for = centers
+        if res["bad"]:
+            self.reset()
+            raise_bad(res["bad"])
+        if tol_abs is None:
+            tol_abs = tolerance_from_moments(res["moments"], tol)
+        counts = res["counts"]
+        empty = np.flatnonzero(counts == 0)
+        new = centers.astype(np.float64, copy=True)
+        nz = counts > 0
+        new[nz] = res["sums"][nz] / counts[nz, None]
+        new = new.astype(X.dtype)
+        moved = float(((new.astype(np.float64) - centers) ** 2).sum())
+        rec = {"iteration": iteration, "objective": float(res["objective"]), "shift": moved,
+               "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist(),
+               "skipped": res["skipped"] / max(res["distances"], 1)}
+        return new, rec, tol_abs
+
+    def _pass(self, geom, with_moments):
+        sidecar = not self.in_memory
+        if sidecar and self.directory is None:
+            self.directory = create_state_directory(self.base)
+        spec = {"kind": self.kind, "with_moments": with_moments,
+                "directory": self.directory if sidecar else None,
+                "read": self.generation if sidecar and self.has_files else None,
+                "write": self.generation + 1}
+        client = active_client()
+        name = f"dqkm-bounds-{uuid.uuid4().hex[:12]}"
+        layer, deps, parts, states = {}, [self.xblocks[0], geom], [], []
+        for i, (xb, wb) in enumerate(zip(self.xblocks, self.wblocks)):
+            prev = None if sidecar else self.blocks[i]
+            if prev is not None and client is not None:  # a persisted result on a worker
+                prev = _alive(prev)
+                if prev is not None:
+                    deps.append(prev)
+                    prev = TaskRef(prev.key)
+            if wb is not None:
+                deps.append(wb)
+                wb = TaskRef(wb.key)
+            k = f"{name}-{i}"
+            layer[k] = Task(k, _bounded_chunk, TaskRef(xb.key), prev, TaskRef(geom.key), wb,
+                            spec, i, int(self.offsets[i]))
+            layer[f"{k}-state"] = Task(f"{k}-state", operator.getitem, TaskRef(k), 0)
+            layer[f"{k}-part"] = Task(f"{k}-part", operator.getitem, TaskRef(k), 1)
+            states.append(f"{k}-state")
+            parts.append(f"{k}-part")
+        root = _tree_tasks(layer, parts, _combine, self.split_every, f"{name}-combine")
+        graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
+        red = Delayed(root, graph, layer=name)
+        if sidecar:
+            self.written.add(self.generation + 1)
+            (res,) = compute(red)
+            self._advance_files()
+        elif client is None:  # local threads: the blocks' states stay in this process
+            res, *blocks = compute(red, *(Delayed(k, graph, layer=name) for k in states))
+            self.blocks = blocks
+        else:  # on the workers, next to the blocks that computed them
+            persisted = dask.persist(*(Delayed(k, graph, layer=name) for k in states), red)
+            self.blocks = list(persisted[:-1])
+            (res,) = compute(persisted[-1])
+        return res
+
+    def _advance_files(self):
+        """The pass wrote generation + 1: it now holds the bounds; drop the older files."""
+        if self.generation in self.written:
+            remove_block_states(self.directory, self.generation, range(len(self.xblocks)))
+            self.written.discard(self.generation)
+        self.generation += 1
+        self.has_files = True
+
+    def close(self):
+        """Drop the state: release the workers' copies and remove the state files."""
+        self.reset()
+        if self.directory is not None:
+            remove_state_directory(self.directory, sorted(self.written), len(self.xblocks))
+            self.directory, self.written = None, set()

@@ -1,0 +1,261 @@
+"""KMeans(algorithm='hamerly' | 'elkan') gives exactly the fit of algorithm='lloyd'.
+
+The bounds are per-row state beside X's row chunks (worker memory when X is
+persisted, files beside the data when it is re-read); losing it (a dropped
+block, a killed worker, a resume from a checkpoint) only costs a full scan of
+the blocks concerned.  Every test compares labels, centers, inertia and n_iter
+with the Lloyd fit, exactly.
+"""
+
+import logging
+import os
+import signal
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_digits, make_blobs
+
+import dqkm
+from dqkm._validation import InvalidParameterError
+from dqkm.exceptions import DataError
+from dqkm.parallel import bounds as pbounds
+from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_WORK, BoundedPasses,
+                                  choose_algorithm)
+
+BOUNDED = ["hamerly", "elkan"]
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _fit(X, algorithm, **kw):
+    params = dict(n_clusters=8, random_state=0, tol=1e-6, max_iter=60)
+    params.update(kw)
+    return dqkm.KMeans(algorithm=algorithm, **params).fit(X)
+
+
+def _assert_same(a, b):
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(np.asarray(a.labels_), np.asarray(b.labels_))
+    assert a.inertia_ == b.inertia_
+    assert a.n_iter_ == b.n_iter_
+    assert [h["objective"] for h in a.history_] == [h["objective"] for h in b.history_]
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, _ = make_blobs(4000, 6, centers=10, cluster_std=2.0, random_state=0)
+    return X.astype(np.float32)
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+@pytest.mark.parametrize("as_dask", [False, True])
+def test_bounds_equal_lloyd_on_blobs(blobs, algorithm, as_dask):
+    X = da.from_array(blobs, chunks=700) if as_dask else blobs
+    ref = _fit(X, "lloyd")
+    got = _fit(X, algorithm)
+    _assert_same(got, ref)
+    assert ref.n_iter_ > 3
+    # the bounds do skip distances once the centers settle
+    assert max(h["skipped"] for h in got.history_) > 0.5
+    assert got.history_[0]["skipped"] == 0.0  # the first pass has no bounds yet
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_equal_lloyd_on_digits(algorithm):
+    X = load_digits().data  # float64, 64 features
+    _assert_same(_fit(X, algorithm, n_clusters=10, init="random", n_init=2),
+                 _fit(X, "lloyd", n_clusters=10, init="random", n_init=2))
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_equal_lloyd_on_uneven_and_empty_chunks(blobs, algorithm):
+    X = da.from_array(blobs, chunks=((1500, 0, 37, 2000, 0, 463), (blobs.shape[1],)))
+    _assert_same(_fit(X, algorithm, init="k-means||"), _fit(X, "lloyd", init="k-means||"))
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_on_reread_zarr_keep_state_in_files_they_remove(tmp_path, blobs, algorithm):
+    da.from_array(blobs, chunks=900).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    seen = []
+
+    def look(record, state):
+        seen.append(sorted(f for _, _, fs in os.walk(scratch) for f in fs))
+
+    ref = _fit(X, "lloyd", persist=False)
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        got = dqkm.KMeans(8, algorithm=algorithm, random_state=0, tol=1e-6, max_iter=60,
+                          persist=False).fit(X, callback=look)
+    _assert_same(got, ref)
+    # between passes: one file per block (5 blocks) of the latest pass only
+    assert seen[1] == [f"g{2:08d}-b{i:06d}.npy" for i in range(5)]
+    assert list(scratch.iterdir()) == []  # the fit removed what it wrote
+    assert max(h["skipped"] for h in got.history_) > 0.5
+    # persisted, the same fit keeps the state in memory and writes no file
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        _assert_same(_fit(X, algorithm, persist=True), ref)
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_lost_block_state_mid_fit_is_recomputed_exactly(monkeypatch, tmp_path, blobs, algorithm,
+                                                        in_memory):
+    X = da.from_array(blobs, chunks=700)
+    ref = _fit(X, "lloyd")
+    step = BoundedPasses.step
+    dropped = []
+
+    def dropping_step(self, centers, iteration, **kw):
+        if iteration in (3, 4):
+            self.drop_block(iteration - 2)
+            dropped.append(iteration)
+        return step(self, centers, iteration, **kw)
+
+    monkeypatch.setattr(BoundedPasses, "step", dropping_step)
+    monkeypatch.setattr(BoundedPasses, "__init__", _forced_init(in_memory, tmp_path))
+    _assert_same(_fit(X, algorithm), ref)
+    assert dropped == [3, 4]
+    assert [p for p in tmp_path.iterdir()] == []
+
+
+def _forced_init(in_memory, directory):
+    init = BoundedPasses.__init__
+
+    def forced(self, X, kind, **kw):
+        init(self, X, kind, **{**kw, "in_memory": in_memory, "directory": str(directory)})
+    return forced
+
+
+def _interrupt_after(n):
+    def cb(record, state):
+        if record["iteration"] == n:
+            raise Interrupt
+    return cb
+
+
+@pytest.mark.parametrize("first, then", [("hamerly", "hamerly"), ("elkan", "lloyd"),
+                                         ("lloyd", "elkan")])
+def test_checkpoint_resume_mid_fit_equals_uninterrupted(tmp_path, blobs, first, then):
+    X = da.from_array(blobs, chunks=700)
+    full = _fit(X, "lloyd", init="random", n_init=2)
+    make = lambda a: dqkm.KMeans(8, algorithm=a, init="random", n_init=2,  # noqa: E731
+                                 random_state=0, tol=1e-6, max_iter=60)
+    with pytest.raises(Interrupt):
+        make(first).fit(X, checkpoint=tmp_path / "ck", callback=_interrupt_after(4))
+    # the algorithm is not part of the checkpoint's identity: the bounds are rebuilt
+    resumed = make(then).fit(X, checkpoint=tmp_path / "ck", resume=True)
+    _assert_same(resumed, full)
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_equal_lloyd_on_local_cluster(dist_client, blobs, algorithm):
+    X = da.from_array(blobs, chunks=700)
+    ref = _fit(X, "lloyd", persist=True)
+    _assert_same(_fit(X, algorithm, persist=True), ref)
+
+
+KILL_AT = 4
+
+
+def _die_on_nth_read(block, block_info=None, counter=None):
+    if block_info is not None and block_info[0]["chunk-location"][0] == 3:
+        with open(counter, "a") as f:
+            f.write("x")
+        with open(counter) as f:
+            if len(f.read()) == KILL_AT:
+                os.kill(os.getpid(), signal.SIGKILL)
+    return block
+
+
+def test_killed_worker_mid_fit_with_bounds_in_files(tmp_path, blobs):
+    from distributed import Client, LocalCluster
+
+    da.from_array(blobs, chunks=700).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    ref = _fit(X, "lloyd", persist=False)
+    counter = str(tmp_path / "reads")
+    Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client, dask.config.set({"temporary-directory": str(scratch)}):
+        pids = set(client.run(os.getpid).values())
+        got = _fit(Xk, "hamerly", persist=False)
+        labels = np.asarray(dask.compute(got.labels_)[0])
+        assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
+    with open(counter) as f:
+        assert len(f.read()) > KILL_AT  # chunk 3 was read again after the kill
+    np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(labels, np.asarray(ref.labels_))
+    assert got.inertia_ == ref.inertia_ and got.n_iter_ == ref.n_iter_
+    assert list(scratch.iterdir()) == []
+
+
+def test_weighted_bounded_step_weights_sums_counts_and_objective(blobs):
+    rng = np.random.default_rng(0)
+    w = rng.uniform(0.1, 3.0, len(blobs))
+    X = da.from_array(blobs, chunks=700)
+    C = blobs[rng.choice(len(blobs), 8, replace=False)]
+    passes = BoundedPasses(X, "elkan", sample_weight=da.from_array(w, chunks=700))
+    new, rec, tol_abs = passes.step(C, 1, tol=1e-4, tol_abs=None)
+    X64, C64 = blobs.astype(np.float64), C.astype(np.float64)
+    d2 = ((X64[:, None, :] - C64[None]) ** 2).sum(-1)
+    labels = d2.argmin(1)
+    expect = np.stack([np.average(X64[labels == j], axis=0, weights=w[labels == j])
+                       for j in range(8)])
+    np.testing.assert_allclose(new, expect.astype(np.float32), rtol=1e-5)
+    np.testing.assert_allclose(rec["objective"], (w * d2.min(1)).sum(), rtol=1e-10)
+    # the second step's bounds (weights do not enter them) skip distances
+    _, rec2, _ = passes.step(new, 2, tol=1e-4, tol_abs=tol_abs)
+    assert rec2["skipped"] > 0.5
+    passes.close()
+
+
+def test_nonfinite_row_is_refused_as_lloyd_refuses_it(blobs):
+    X = blobs.copy()
+    X[1234, 2] = np.nan
+    X = da.from_array(X, chunks=700)  # Dask input: found by the pass, not checked ahead
+    with pytest.raises(DataError, match="row 1234") as lloyd_error:
+        _fit(X, "lloyd", init=blobs[:8])
+    with pytest.raises(DataError, match="row 1234") as bound_error:
+        _fit(X, "hamerly", init=blobs[:8])
+    assert str(bound_error.value) == str(lloyd_error.value)
+
+
+def test_unknown_algorithm_is_refused(blobs):
+    with pytest.raises(InvalidParameterError, match="algorithm"):
+        dqkm.KMeans(3, algorithm="yinyang").fit(blobs)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        BoundedPasses(da.from_array(blobs), "lloyd")
+
+
+def test_auto_rule_and_inputs_that_run_lloyd():
+    dense = lambda d, dtype=np.float64: da.zeros((100, d), chunks=50, dtype=dtype)  # noqa: E731
+    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16) == "hamerly"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 256) == "hamerly"
+    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16 - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 256) == "lloyd"
+    assert choose_algorithm("elkan", dense(300), 16) == "elkan"
+    assert choose_algorithm("hamerly", dense(32, np.float32), 16) == "hamerly"
+    # float32 beyond the direct kernel: Lloyd's float32 GEMM rounding cannot be promised
+    assert choose_algorithm("hamerly", dense(33, np.float32), 16) == "lloyd"
+    csr = da.from_array(sp.random(100, 5, density=0.3, format="csr", random_state=0),
+                        chunks=(50, 5), asarray=False)
+    assert choose_algorithm("elkan", csr, 4) == "lloyd"
+
+
+def test_algorithm_is_not_in_the_checkpoint_identity(blobs):
+    algo = dqkm.KMeans(4, algorithm="elkan")._algorithm(blobs.shape[1])
+    assert algo.algorithm == "elkan"
+    X = da.from_array(blobs, chunks=1000)
+    assert "algorithm" not in algo.identity(X)
+    assert pbounds.held_in_memory(X.persist())
