@@ -58,11 +58,23 @@ class MiniBatchQKMeans(MiniBatchKMeans):
     palm_iter_init : int, default=300
         palm4MSA iterations per level of the initial (hierarchical) factorisation.
     refit_every : int, default=10
-        Batches between two refits of the factors.  On digits (K = 10,
-        ``batch_size=100``) a refit every 10 batches ends at the objective of a
-        refit after every batch (within 0.5 %, see
-        ``benchmarks/bench_qkmeans.py --parts minibatch``) for a tenth of the
-        palm4MSA work; at large K and D the refits dominate the cost.
+        Batches between two refits of the factors (``fit`` and ``partial_fit``
+        also refit at their end).  The refits dominate the cost at large K and
+        D; the means keep every batch's update between refits, so a sparser
+        schedule costs little objective (``benchmarks/bench_qkmeans.py --parts
+        minibatch`` compares schedules on digits; docs/benchmarks/qkmeans.md).
+    hierarchical_refits : int, default=8
+        Refits number 1, 2, 4, …, 2^(hierarchical_refits − 1) are QK-means's
+        best-of-three refit (:class:`dqkm.QKMeans`'s ``hierarchical_refits``:
+        warm-started palm4MSA, hierarchical palm4MSA from scratch on
+        ``D_√n·U``, and on ``U`` polished on ``D_√n·U``; the lowest error is
+        kept); the others are warm-started palm4MSA only.  The early refits
+        matter: the means move far from the initial centroids the first
+        factorisation fitted, and warm-started palm4MSA alone stays near that
+        first sparse structure (on digits, K = 10, sparsity 3, 8 epochs of
+        ``partial_fit`` over chunks of 100 rows end 3.3 % above ``QKMeans.fit``
+        with 0, and 0.7 % below it with 8).  Each such refit costs about twice
+        the initial factorisation; 0 disables them.
 
     Attributes
     ----------
@@ -80,6 +92,13 @@ class MiniBatchQKMeans(MiniBatchKMeans):
     n_iter_, n_steps_, n_features_in_, history_ : as :class:`dqkm.MiniBatchKMeans`
     n_refits_ : int
         palm4MSA refits made.
+
+    Notes
+    -----
+    Empty centroids (no weight seen yet) keep their previous row of V as the
+    refit's target with the weight of one point, as in :class:`dqkm.QKMeans`.
+    ``reassignment_ratio`` moves rarely hit means to batch rows; the factors
+    are refitted in that step.
 
     References
     ----------

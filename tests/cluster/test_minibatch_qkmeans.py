@@ -4,6 +4,7 @@ import dask.array as da
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits, make_blobs
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dqkm
 from dqkm.exceptions import DataError
@@ -161,3 +162,14 @@ def test_bad_input_is_refused(digits):
         mb.partial_fit(X[:10, :63])
     with pytest.raises(ValueError, match="X has 63 features"):
         mb.predict(X[:10, :63])
+
+
+@parametrize_with_checks(
+    [dqkm.MiniBatchQKMeans(3, sparsity=1, batch_size=16, max_iter=5, palm_iter=3,
+                           palm_iter_init=5, hierarchical_refits=1, random_state=0)],
+    expected_failed_checks=lambda est: {
+        "check_sample_weight_equivalence_on_dense_data": "batches are random draws of rows: "
+                                                         "a repeated row is drawn apart from "
+                                                         "its copy (as MiniBatchKMeans)"})
+def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
