@@ -95,3 +95,14 @@ def test_checkpoint_identity_holds_the_weights(tmp_path, data):
 
     with pytest.raises(CheckpointError, match="sample_weight"):
         _model(init, max_iter=1).fit(X, sample_weight=w + 1, checkpoint=ck, resume=True)
+
+
+def test_weighted_fit_on_a_local_cluster_agrees(dist_client, data):
+    """Dask weights with Dask X through worker processes: the fit of the threads."""
+    X, w = data
+    init = X[np.flatnonzero(w > 0)[:8]]
+    local = _model(init).fit(X, sample_weight=w)
+    Xd = da.from_array(X, chunks=(100, -1))
+    remote = _model(init).fit(Xd, sample_weight=da.from_array(w.astype(float), chunks=100))
+    _same_fit(local, remote)
+    assert -remote.score(Xd, sample_weight=w) == pytest.approx(local.inertia_, rel=1e-12)
