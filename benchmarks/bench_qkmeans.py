@@ -30,6 +30,21 @@
     seconds on the same data, and the N above which a QK-means iteration
     would be cheaper (linear extrapolation of the measured per-row
     assignment time and per-palm4MSA-iteration time).
+(4) ``--parts defaults``: ``QKMeans(1024)`` with all defaults against
+    ``KMeans(1024)`` (defaults) on digits upsampled to 1024 dims
+    (``--default-rows``).  K-means is fitted and timed whole.  The QK-means fit
+    is timed in parts: its default initial factorisation (hierarchical
+    palm4MSA, ``palm_iter_init=300``) of K rows, in a forked process stopped
+    after ``--init-budget`` seconds; one palm4MSA iteration at K = D = 1024;
+    one assignment pass through factors of the default shape.  The fit's time
+    is extrapolated from them (a lower bound: the iteration-1 refit counted as
+    twice the initial factorisation, the K-means iteration count used for
+    QK-means), and the N above which QKMeans.fit would be faster.
+(5) ``--parts minibatch``: MiniBatchQKMeans on digits, the objective after 8
+    epochs of ``partial_fit`` for several ``refit_every`` against QKMeans.fit
+    from the same init.
+
+``--markdown`` writes parts (3)–(5) of the run to docs/benchmarks/qkmeans.md.
 """
 
 from __future__ import annotations
@@ -45,9 +60,19 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import dqkm  # noqa: E402
+from _report import add_markdown_option, capture_stdout, markdown_table, write_page  # noqa: E402
 from dqkm.kernels.palm4msa import default_shapes  # noqa: E402
 from dqkm.kernels.projections import Splincol  # noqa: E402
 from dqkm.kernels.sparse_factors import SparseFactors  # noqa: E402
+
+
+_NOTES = """\
+Parts (4) and (5) of `bench_qkmeans.py` (see its docstring for what each measures).
+Measured on this branch, before the faster palm4MSA of the palm4MSA work was merged,
+on the shared 2-core machine under load (eight sessions): absolute seconds are
+inflated; ratios come from one run.  "measured" rows were timed whole; "extrapolated"
+rows are computed from measured parts, as the row says.
+"""
 
 
 def best_of(f, repeat, cpu=False):
@@ -212,6 +237,135 @@ def training(a):
                   f"({1e6 * per_row_km:.2f} µs)")
 
 
+def upsampled_digits(n, rng):
+    """``n`` rows of digits upsampled to 32 × 32 = 1024 dims (bilinear), drawn with
+    replacement, plus Gaussian noise (σ = 0.5 on the 0–16 scale): float32."""
+    from scipy.ndimage import zoom
+    from sklearn.datasets import load_digits
+
+    imgs = load_digits().images
+    up = zoom(imgs, (1, 4, 4), order=1).reshape(len(imgs), 1024)
+    return (up[rng.integers(0, len(up), n)] + rng.normal(0, 0.5, (n, 1024))).astype(np.float32)
+
+
+def _init_run(C, q):
+    t0 = time.perf_counter()
+    dqkm.QKMeans(C.shape[0])._factorize(C, _constraints(C.shape[0], C.shape[1]))
+    q.put(time.perf_counter() - t0)
+
+
+def _constraints(K, D):
+    from dqkm.kernels import default_constraints
+
+    return default_constraints(K, D, sparsity=5,
+                               n_factors=dqkm.QKMeans(K)._check_qk_params(D))
+
+
+def _default_init_seconds(C, budget):
+    """Seconds of QKMeans(K)'s default initial factorisation of ``C`` (a forked
+    process, stopped after ``budget`` s: then None)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_init_run, args=(C, q))
+    proc.start()
+    proc.join(budget)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join()
+        return None
+    return q.get()
+
+
+def defaults(a):
+    """QKMeans(1024) with all defaults vs KMeans(1024), measured in parts."""
+    from dqkm.kernels import palm4msa
+    from dqkm.parallel.qkmeans import qk_pass
+
+    K, N, rng = 1024, a.default_rows, np.random.default_rng(0)
+    X = upsampled_digits(N, rng)
+    print(f"\n## (4) All defaults at K = D = 1024: digits upsampled to 1024 dims, N = {N:,} "
+          f"(float32 in memory, threaded scheduler)\n", flush=True)
+    C = X[rng.choice(N, K, replace=False)].astype(np.float64)
+    t_init = _default_init_seconds(C, a.init_budget)
+    with dask.config.set(scheduler="threads"):
+        t0 = time.perf_counter()
+        km = dqkm.KMeans(K, random_state=0).fit(X)
+        t_km = time.perf_counter() - t0
+        t_km_iter = float(np.median([r["seconds"] for r in km.history_[1:]] or
+                                    [km.history_[0]["seconds"]]))
+        V = projected_factors(K, 1024, 5, rng)
+        Xd = dask.array.from_array(X, chunks=(max(1, N // 8), 1024))
+        (t_ass, _), res = best_of(lambda: qk_pass(Xd, V), 2, cpu=True)
+    w = np.sqrt(np.maximum(res["counts"], 1).astype(np.float64))
+    A = w[:, None] * np.asarray(km.cluster_centers_, dtype=np.float64)
+    t0 = time.perf_counter()
+    palm4msa(A, _constraints(K, 1024), n_iter=2, tol=0, init=V, fixed_left=w,
+             adaptive_step=True)
+    t_palm = (time.perf_counter() - t0) / 2
+    it = km.n_iter_
+    a_km, a_qk = t_km_iter / N, t_ass / N
+    t_seed = max(0.0, t_km - sum(r["seconds"] for r in km.history_))  # k-means++, shared
+    init_txt = f"{t_init:.0f}" if t_init is not None else f"> {a.init_budget:.0f} (stopped)"
+    f_low = t_seed + 3 * (t_init if t_init is not None else a.init_budget)
+    qk_low = f_low + it * (50 * t_palm + t_ass)
+    rows = [
+        ["KMeans(1024).fit, measured", f"{t_km:.1f}", it, f"{t_km_iter:.2f}",
+         f"{1e6 * a_km:.2f}", "1.00"],
+        ["QKMeans(1024) initial factorisation (hierarchical, palm_iter_init=300), measured",
+         init_txt, "–", "–", "–", "–"],
+        [f"QKMeans(1024).fit, extrapolated lower bound (KMeans's k-means++ seconds + "
+         f"factorisation + iteration-1 refit ≈ 3 × factorisation, then "
+         f"{it} iterations × (50 palm4MSA iterations + one pass))", f"> {qk_low:.0f}", it,
+         f"{50 * t_palm + t_ass:.1f}", f"{1e6 * a_qk:.2f}", f"> {qk_low / t_km:.0f}"],
+    ]
+    print(markdown_table(["what", "seconds", "iterations", "s / iteration",
+                          "assignment µs / row", "÷ KMeans"], rows))
+    print(f"\none palm4MSA iteration (K = D = 1024, s = 5, Q = 10, adaptive step): "
+          f"{t_palm:.2f} s; one QK-means assignment pass: {t_ass:.2f} s; "
+          f"one K-means iteration: {t_km_iter:.2f} s")
+    if a_km > a_qk:
+        n_star = (f_low - t_seed + it * 50 * t_palm) / (it * (a_km - a_qk))  # seeding shared
+        print(f"crossover (extrapolated, same number of iterations {it} for both): QKMeans.fit "
+              f"faster than KMeans.fit for N > {n_star:,.0f} = (3 × factorisation + "
+              f"{it} × 50 × {t_palm:.2f} s) / ({it} × ({1e6 * a_km:.2f} − {1e6 * a_qk:.2f}) µs)")
+    else:
+        print("crossover: none — the factored assignment per row is not cheaper than "
+              "K-means's dense one here")
+    print("objective ratio at the defaults: not measured (the default fit does not finish "
+          "in the time this machine allows)")
+
+
+def minibatch(a):
+    """MiniBatchQKMeans on digits: refit_every against the objective of QKMeans.fit."""
+    from sklearn.datasets import load_digits
+
+    X = load_digits().data
+    init = X[np.random.default_rng(0).choice(len(X), 10, replace=False)]
+    print("\n## (5) MiniBatchQKMeans on digits (K = 10, sparsity 3, batch_size=100, 8 epochs "
+          "of partial_fit over shuffled chunks, same init as QKMeans.fit(max_iter=30))\n",
+          flush=True)
+    t0 = time.perf_counter()
+    full = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=30, palm_iter_init=100,
+                        random_state=0).fit(X)
+    t_full = time.perf_counter() - t0
+    rows = [["QKMeans.fit", f"{t_full:.1f}", "–", "1.000"]]
+    for every in a.refit_every:
+        rng = np.random.default_rng(0)
+        mb = dqkm.MiniBatchQKMeans(10, sparsity=3, init=init, batch_size=100, palm_iter=10,
+                                   palm_iter_init=100, refit_every=every, random_state=0,
+                                   compute_labels=False)
+        t0 = time.perf_counter()
+        for _ in range(8):
+            order = rng.permutation(len(X))
+            mb.partial_fit(dask.array.from_array(X[order], chunks=100))
+        t = time.perf_counter() - t0
+        rows.append([f"MiniBatchQKMeans(refit_every={every})", f"{t:.1f}", mb.n_refits_,
+                     f"{-mb.score(X) / full.inertia_:.3f}"])
+    print(markdown_table(["method", "seconds", "refits", "objective ÷ QKMeans.fit"], rows))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -225,6 +379,12 @@ def main(argv=None):
     p.add_argument("--train-rows", type=int)
     p.add_argument("--train-iter", type=int, default=2)
     p.add_argument("--train-palm-iter", type=int, default=2)
+    p.add_argument("--default-rows", type=int, default=20_000,
+                   help="rows of upsampled digits for part (4)")
+    p.add_argument("--init-budget", type=float, default=600.0,
+                   help="seconds allowed to the default initial factorisation in part (4)")
+    p.add_argument("--refit-every", type=int, nargs="*", default=[1, 5, 10, 25])
+    add_markdown_option(p)
     a = p.parse_args(argv)
     a.rows = a.rows or (20_000 if a.quick else 100_000)
     a.shapes = [(512, 2000), (1024, 1024)] if a.quick else \
@@ -243,9 +403,17 @@ def main(argv=None):
         inference(a)
     if "end-to-end" in a.parts:
         end_to_end(a)
-    if "training" in a.parts:
-        training(a)
+    with capture_stdout() as out:
+        if "training" in a.parts:
+            training(a)
+        if "defaults" in a.parts:
+            defaults(a)
+        if "minibatch" in a.parts:
+            minibatch(a)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if a.markdown:
+        write_page("qkmeans", "QuicK-means: defaults at K = D = 1024, mini-batch QK-means",
+                   out.getvalue(), notes=_NOTES)
 
 
 if __name__ == "__main__":

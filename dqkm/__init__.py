@@ -11,6 +11,7 @@ Estimators (scikit-learn style: ``fit``, ``predict``, ``get_params``, ...):
   ``partial_fit`` for data that arrives in pieces;
 - :class:`KMeansL1`: K-means whose centroids are projected on an ℓ1 ball;
 - :class:`QKMeans`: QuicK-means, centroids as a product of sparse factors;
+- :class:`MiniBatchQKMeans`: mini-batch QuicK-means and its ``partial_fit``;
 - :class:`SparseEmbeddedKMeans`: K-means on a random low-dimensional embedding;
 - :class:`KMultipleMeans`: K-Multiple-Means, clusters of any shape from many
   prototypes;
@@ -54,6 +55,7 @@ _LAZY = {
     "KMeansL1": "dqkm.cluster.kmeans_l1",
     "KMultipleMeans": "dqkm.cluster.kmm",
     "MiniBatchKMeans": "dqkm.cluster.minibatch",
+    "MiniBatchQKMeans": "dqkm.cluster.minibatch_qkmeans",
     "SparseEmbeddedKMeans": "dqkm.cluster.sekmeans",
     "QKMeans": "dqkm.cluster.qkmeans",
     "ClusterIndex": "dqkm.neighbors",

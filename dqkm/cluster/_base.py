@@ -113,7 +113,7 @@ def _check_weight_values(finite, low, total, owner, fix, w=None):
     if low < 0:
         if w is not None:
             i = int(np.flatnonzero(w < 0)[0])
-            where = f" (the first at index {i}: {w[i]!r})"
+            where = f" (the first at index {i}: {float(w[i])})"
         raise DataError(f"{owner}: sample_weight must be non-negative; got negative values"
                         f"{where}; {fix} A weight of 0 leaves its row out.")
     if total <= 0:

@@ -9,8 +9,15 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from sklearn.cluster import kmeans_plusplus
+
 from ..data.serialize import pack_operator, unpack_operator
-from ..parallel.qkmeans import assign_factors, factor_distances, factor_inertia, qkmeans_step
+from ..exceptions import DataError
+from ..parallel.engine import compute, driver_blas
+from ..parallel.finite import check_sample
+from ..parallel.fingerprint import data_fingerprint
+from ..parallel.qkmeans import (aligned_weights, assign_factors, factor_distances,
+                                factor_inertia, qkmeans_step)
 from .._validation import Interval, Options, check_value, validate_params
 from .kmeans import KMeans, LloydAlgorithm
 
@@ -135,13 +142,27 @@ class _QKMeansAlgorithm(LloydAlgorithm):
     :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``
     and warm-started palm4MSA after."""
 
+    supports_sample_weight = True
+
     def __init__(self, estimator, constraints):
         super().__init__(estimator)
         self.constraints = constraints
+        # None, or weights one per row of X (NumPy or Dask), aligned on first use
+        self.sample_weight = None
+        self._aligned = None
+
+    def weights(self, X):
+        """``sample_weight`` as a Dask array aligned with X's row chunks (or None)."""
+        if self.sample_weight is None:
+            return None
+        if self._aligned is None or self._aligned[0] != X.name:
+            self._aligned = (X.name, aligned_weights(self.sample_weight, X))
+        return self._aligned[1]
 
     def init_state(self, X, rng):
         est = self.estimator
-        return est._factorize(est._initial_centers(X, rng), self.constraints)
+        centers = est._weighted_initial_centers(X, rng, self.weights(X))
+        return est._factorize(centers, self.constraints)
 
     def step(self, X, state, iteration, tol_abs):
         return qkmeans_step(X, state, iteration, self.constraints,
@@ -149,7 +170,8 @@ class _QKMeansAlgorithm(LloydAlgorithm):
                                                  self.estimator.palm_iter_init,
                                                  self.estimator.variant),
                             tol=self.tol, tol_abs=tol_abs,
-                            palm_iter=self.estimator.palm_iter, split_every=self.split_every)
+                            palm_iter=self.estimator.palm_iter, split_every=self.split_every,
+                            sample_weight=self.weights(X))
 
     def pack(self, state):
         return state.to_arrays()
@@ -160,7 +182,8 @@ class _QKMeansAlgorithm(LloydAlgorithm):
     def finalize(self, X, result):
         if result.shift == 0:
             return result.last_objective
-        return factor_inertia(X, result.state, split_every=self.split_every)
+        return factor_inertia(X, result.state, split_every=self.split_every,
+                              sample_weight=self.weights(X))
 
 
 class QKMeans(KMeans):
@@ -327,6 +350,65 @@ class QKMeans(KMeans):
     def _check_extra_params(self, n_features):
         self._check_qk_params(n_features)
 
+    # ---------------------------------------------------------------- fitting
+    def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
+            resume=False):
+        """Compute QK-means clustering.
+
+        Parameters
+        ----------
+        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weight of every row (None: all 1).  The weights enter
+            the cluster sums, the weighted counts ``n_k`` of ``D_√n``, the
+            objective, the variance behind ``tol`` and the k-means++ / random
+            initialisation (drawn on a uniform sample of rows, by weight):
+            integer weights give the fit of the rows repeated that many times,
+            a zero weight the fit without the row.  A Dask array is rechunked
+            to X's row chunks and its values checked as they are read.
+            ``init='k-means||'`` does not take weights.
+        callback, checkpoint, resume :
+            As :meth:`dqkm.KMeans.fit`; with weights, the checkpoint's identity
+            also holds their fingerprint.
+
+        Returns
+        -------
+        self
+        """
+        return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
+                         sample_weight=sample_weight)
+
+    def _weighted_initial_centers(self, X, rng, w):
+        """:meth:`_initial_centers`, the draws weighted by ``w`` (aligned with X)."""
+        if w is None or not isinstance(self.init, str):
+            return self._initial_centers(X, rng)
+        name, K = type(self).__name__, self.n_clusters
+        if self.init == "k-means||":
+            raise DataError(f"{name}(init='k-means||') does not take sample_weight; got "
+                            "weights. Use init='k-means++' (weighted on a sample of rows) or "
+                            "an array of initial centers.")
+        n = X.shape[0]
+        m = min(n, max(10 * K, 10_000))
+        idx = np.sort(rng.choice(n, size=m, replace=False)) if m < n else np.arange(n)
+        rows, weights = compute(X[idx], w[idx])
+        rows, weights = np.asarray(rows, dtype=np.float64), np.asarray(weights)
+        check_sample(rows)
+        positive = np.flatnonzero(weights > 0)
+        if positive.size < K:
+            raise DataError(f"{name}: the {m:,} rows drawn for init={self.init!r} hold "
+                            f"{positive.size} rows of positive sample_weight, fewer than "
+                            f"n_clusters={K}. Give more rows a positive weight or pass an "
+                            "array of initial centers as init.")
+        if self.init == "random":
+            p = weights[positive] / weights[positive].sum()
+            pick = rng.choice(positive, size=K, replace=False, p=p)
+            return rows[pick].astype(X.dtype)
+        with driver_blas():
+            centers, _ = kmeans_plusplus(rows[positive], K, sample_weight=weights[positive],
+                                         random_state=int(rng.integers(2**31 - 1)))
+        return centers.astype(X.dtype)
+
     def _algorithm(self, n_features):
         from ..kernels import default_constraints
 
@@ -383,24 +465,25 @@ class QKMeans(KMeans):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(factor_distances(Xd, self.factors_), lazy)
 
-    def score(self, X, y=None):
+    def score(self, X, y=None, sample_weight=None):
         """Opposite of the QK-means objective of X (higher is better).
 
         Parameters
         ----------
         X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
         y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weight of every row in the objective (None: all 1).
 
         Returns
         -------
         float
-            Minus the QK-means objective (eq. 5) of X.
+            Minus the (weighted) QK-means objective (eq. 5) of X.
         """
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)
-        return -factor_inertia(Xd, self.factors_, split_every=self.split_every)
+        return -factor_inertia(Xd, self.factors_, split_every=self.split_every,
+                               sample_weight=aligned_weights(sample_weight, Xd))
 
     # ------------------------------------------------------------- save/load
     def _get_state(self):

@@ -5,21 +5,31 @@ assigns its rows with the fast operator (``argmin_k ‖v_k‖² − 2[V·x]_k``)
 returns K×D float64 sums, counts and the exact objective; the partials are
 tree-reduced; the driver forms ``A = D_√n·U`` and refits the factors with
 palm4MSA, warm-started from the previous factors, with ``D_√n`` held fixed.
+
+With sample weights ``w`` (a Dask array aligned with X's row chunks), every
+chunk returns the weighted sums ``Σ w·x``, the weighted counts ``n_k = Σ w``
+(which enter ``D_√n``) and the weighted objective ``Σ w·‖x − v‖²``; integer
+weights give what repeating the rows gives.
 """
 
 from __future__ import annotations
 
 import time
 
+import dask
+import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
+from ..exceptions import DataError
 from ..kernels.lloyd import partials_from_labels
-from .engine import broadcast, compute, map_blocks_reduce
+from .engine import (DEFAULT_SPLIT_EVERY, block_offsets, broadcast, compute,
+                     map_blocks_reduce, tree_reduce)
 from .finite import describe_bad, map_rows_at, raise_bad
 from .lloyd import _inertia_combine, _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["qkmeans_step", "qk_pass", "assign_factors", "factor_distances",
-           "factor_inertia"]
+           "factor_inertia", "aligned_weights", "operator_state", "batch_partials"]
 
 
 # The fast operator forms ½‖v‖² − v·x in X's dtype.  |v·x| ≤ ‖v‖·‖x‖: while
@@ -51,15 +61,31 @@ def _nearest(block, factors, norms, x_norm_max, offset):
     return f64.nearest_rows(np.asarray(block, dtype=np.float64), norms), None
 
 
-def _qk_partials(block, state, offset):
-    """``partials_from_labels`` of the operator's assignment, refusing NaN/inf and
-    overflow: ``(sums, counts, objective, bad)``."""
+def _finish(block, labels, dense, weights):
+    """``partials_from_labels`` of ``labels``, weighted by ``weights`` when given:
+    ``(sums, counts, objective, mind)``."""
+    sums, counts, obj, _, mind = partials_from_labels(block, labels, dense)
+    if weights is None:
+        return sums, counts, obj, mind
+    K, n = dense.shape[0], block.shape[0]
+    ind = sp.csr_matrix((weights, (labels, np.arange(n))), shape=(K, n))
+    sums = np.asarray(ind @ np.asarray(block, dtype=np.float64))
+    counts = np.bincount(labels, weights=weights, minlength=K)
+    with np.errstate(invalid="ignore", over="ignore"):
+        obj = float(np.dot(weights, mind)) if np.isfinite(obj) else obj
+    return sums, counts, obj, mind
+
+
+def _qk_partials(block, state, offset, weights=None):
+    """``partials_from_labels`` of the operator's assignment (weighted by
+    ``weights`` when given), refusing NaN/inf and overflow:
+    ``(sums, counts, objective, bad)``."""
     factors, dense, norms = state
     if block.shape[0] == 0:
-        return partials_from_labels(block, np.zeros(0, np.int32), dense)[:3] + (None,)
+        return _finish(block, np.zeros(0, np.int32), dense, weights)[:3] + (None,)
     if not _overflows(block.dtype, norms, 0.0):
         labels = factors.nearest_rows(block, norms)  # the products never leave the cache
-        sums, counts, obj, _, mind = partials_from_labels(block, labels, dense)
+        sums, counts, obj, mind = _finish(block, labels, dense, weights)
         if not np.isfinite(obj):
             return sums, counts, obj, describe_bad(block, offset, mind, dense)
         # ‖x‖ ≤ ‖x − v_label‖ + ‖v_label‖ bounds the products just formed
@@ -71,8 +97,9 @@ def _qk_partials(block, state, offset):
                                              dtype=np.float64).max()))
     labels, bad = _nearest(block, factors, norms, x_norm_max, offset)
     if bad is not None:
-        return np.zeros(dense.shape), np.zeros(dense.shape[0], np.int64), np.nan, bad
-    sums, counts, obj, _, mind = partials_from_labels(block, labels, dense)
+        counts = np.zeros(dense.shape[0], np.int64 if weights is None else np.float64)
+        return np.zeros(dense.shape), counts, np.nan, bad
+    sums, counts, obj, mind = _finish(block, labels, dense, weights)
     return sums, counts, obj, (None if np.isfinite(obj) else
                                describe_bad(block, offset, mind, dense))
 
@@ -91,32 +118,143 @@ def _state(factors, dtype):
     return f, dense, np.einsum("ij,ij->i", dense, dense, dtype=np.float64)
 
 
-def qk_pass(X, factors, *, split_every=None, with_moments=False):
-    """One pass: sums, counts and objective for the assignment by ``factors``."""
+# --------------------------------------------------------------------------- one batch
+def operator_state(factors, dtype):
+    """What assigning rows of ``dtype`` through ``factors`` needs (for
+    :func:`batch_partials`): the factors in that dtype, V dense, ‖v_k‖²."""
+    return _state(factors, dtype)
+
+
+def batch_partials(block, weights, operator):
+    """One in-memory batch assigned through the factors (mini-batch QK-means, on
+    the driver): ``(sums, weight_sums, objective)``, float64, weighted by
+    ``weights``; the objective is against V.  Refuses overflow as :func:`qk_pass`."""
+    sums, counts, obj, bad = _qk_partials(block, operator, 0,
+                                          np.asarray(weights, dtype=np.float64))
+    if bad:
+        raise_bad(bad)
+    return sums, counts, float(obj)
+
+
+# --------------------------------------------------------------------------- weights
+def aligned_weights(sample_weight, X):
+    """``sample_weight`` as a float64 Dask array aligned with X's row chunks.
+
+    None stays None.  NumPy weights are checked here (shape, finite,
+    non-negative, not all zero); the values of Dask weights are checked by
+    the pass that reads them (:class:`~dqkm.exceptions.DataError` naming the
+    first bad row).
+    """
+    if sample_weight is None:
+        return None
+    n = X.shape[0]
+    if isinstance(sample_weight, da.Array):
+        w = sample_weight
+        if w.ndim != 1 or w.shape[0] != n:
+            raise DataError(f"sample_weight must have shape ({n},), one weight per row of X; "
+                            f"got a Dask array of shape {w.shape}. Pass one non-negative "
+                            "weight per row.")
+        return w.astype(np.float64).rechunk((X.chunks[0],))
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"sample_weight must be numbers, one per row of X; got "
+                        f"{type(sample_weight).__name__} that is not numeric ({e}).") from e
+    if w.ndim == 0:
+        w = np.full(n, float(w))
+    if w.shape != (n,):
+        raise DataError(f"sample_weight must have shape ({n},), one weight per row of X; got "
+                        f"shape {w.shape}. Pass one non-negative weight per row.")
+    _check_weight_values(w, 0)
+    if not w.any():
+        raise DataError("sample_weight must contain at least one positive weight; got all "
+                        "zeros. Give the rows to cluster a positive weight.")
+    return da.from_array(w, chunks=(X.chunks[0],))
+
+
+def _check_weight_values(w, offset):
+    """Raise a DataError naming the first NaN, infinite or negative weight."""
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"sample_weight must be finite and non-negative; got {float(w[i])!r} "
+                        f"for row {offset + i} of X. Fix or drop that weight.")
+
+
+def _qk_chunk_weighted(block, wb, state, with_moments, offset):
+    wb = np.asarray(wb, dtype=np.float64)
+    _check_weight_values(wb, offset)
+    sums, counts, obj, bad = _qk_partials(block, state, offset, wb)
+    out = {"sums": sums, "counts": counts, "objective": obj, "bad": bad}
+    if with_moments:
+        out["moments"] = _weighted_moments(block, wb)
+    return out
+
+
+def _weighted_moments(block, w):
+    """(Σw, weighted mean, Σ w·(x − mean)²) of a block: the moments of the rows
+    repeated as the integer weights say; merged as :func:`_moments`'s."""
+    total = float(w.sum())
+    d = block.shape[1]
+    if total == 0:
+        return (0, np.zeros(d), np.zeros(d))
+    b = np.asarray(block, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite X is reported elsewhere
+        mean = (w @ b) / total
+        m2 = w @ (b - mean) ** 2
+    return (total, mean, m2)
+
+
+def _weighted_reduce(X, w, chunk, combine, args, split_every, name):
+    """One pass over the row blocks of X and the aligned blocks of ``w``:
+    ``chunk(block, w_block, *args, row_offset)`` tree-reduced by ``combine``."""
+    offsets = block_offsets(X.chunks[0])
+    xs, ws = X.to_delayed().ravel(), w.to_delayed().ravel()
+    parts = [dask.delayed(chunk, pure=True)(xb, wb, *args, int(offsets[i]))
+             for i, (xb, wb) in enumerate(zip(xs, ws))]
+    return tree_reduce(parts, combine, DEFAULT_SPLIT_EVERY if split_every is None
+                       else int(split_every), name=f"{name}-weighted")
+
+
+def qk_pass(X, factors, *, split_every=None, with_moments=False, sample_weight=None):
+    """One pass: sums, counts and objective for the assignment by ``factors``
+    (weighted by ``sample_weight``, a Dask array aligned with X's row chunks,
+    when given: then ``counts`` are the float64 weight sums)."""
     st = broadcast(_state(factors, X.dtype), "factors")
-    d = map_blocks_reduce(X, _qk_chunk, _lloyd_combine, args=(st, with_moments),
-                          split_every=split_every, with_offsets=True, name="qkmeans")
+    if sample_weight is None:
+        d = map_blocks_reduce(X, _qk_chunk, _lloyd_combine, args=(st, with_moments),
+                              split_every=split_every, with_offsets=True, name="qkmeans")
+    else:
+        d = _weighted_reduce(X, sample_weight, _qk_chunk_weighted, _lloyd_combine,
+                             (st, with_moments), split_every, "qkmeans")
     (res,) = compute(d)
     if res["bad"]:
         raise_bad(res["bad"])
+    if sample_weight is not None and not res["counts"].any():
+        raise DataError("sample_weight must contain at least one positive weight; got all "
+                        "zeros. Give the rows to cluster a positive weight.")
     return res
 
 
 def qkmeans_step(X, factors, iteration, constraints, *, palm4msa, tol=1e-4, tol_abs=None,
-                 palm_iter=50, split_every=None):
+                 palm_iter=50, split_every=None, sample_weight=None):
     """One QK-means iteration (one pass over X): ``(new_factors, record, tol_abs)``.
 
     ``palm4msa`` is the solver (``dqkm.kernels.palm4msa`` or one with its
     signature), called on ``A = D_√n·U`` with ``fixed_left=√n`` and
     ``init`` = the previous factors.  Clusters that receive no point keep
     their previous row of V as target and get weight 0.  ``tol``/``tol_abs``
-    as in :func:`dqkm.parallel.lloyd.lloyd_step`.  The record adds to Lloyd's
+    as in :func:`dqkm.parallel.lloyd.lloyd_step`.  ``sample_weight`` (a Dask
+    array aligned with X's row chunks, or None) weights the sums, the counts
+    ``n_k`` of ``D_√n``, the objective and the variance behind ``tol_abs``.
+    The record adds to Lloyd's
     ``seconds_assign``, ``seconds_palm``, ``palm_error`` (relative),
     ``palm_iter`` and ``nnz``.
     """
     t0 = time.perf_counter()
     V_old = factors.toarray().astype(np.float64)
-    res = qk_pass(X, factors, split_every=split_every, with_moments=tol_abs is None)
+    res = qk_pass(X, factors, split_every=split_every, with_moments=tol_abs is None,
+                  sample_weight=sample_weight)
     if tol_abs is None:
         tol_abs = tolerance_from_moments(res["moments"], tol)
     t1 = time.perf_counter()
@@ -209,12 +347,24 @@ def _qk_inertia_chunk(block, state, index, offset):
     return (obj, bad)
 
 
-def factor_inertia(X, factors, *, split_every=None):
-    """The QK-means objective (eq. 5) of X for ``factors``: one pass; refuses X
-    as :func:`qk_pass`."""
+def _qk_inertia_chunk_weighted(block, wb, state, offset):
+    wb = np.asarray(wb, dtype=np.float64)
+    _check_weight_values(wb, offset)
+    _, _, obj, bad = _qk_partials(block, state, offset, wb)
+    return (obj, bad)
+
+
+def factor_inertia(X, factors, *, split_every=None, sample_weight=None):
+    """The QK-means objective (eq. 5) of X for ``factors``, weighted by
+    ``sample_weight`` (aligned with X's row chunks) when given: one pass;
+    refuses X as :func:`qk_pass`."""
     st = broadcast(_state(factors, X.dtype), "factors")
-    d = map_blocks_reduce(X, _qk_inertia_chunk, _inertia_combine, args=(st,),
-                          split_every=split_every, with_offsets=True, name="qk-inertia")
+    if sample_weight is not None:
+        d = _weighted_reduce(X, sample_weight, _qk_inertia_chunk_weighted, _inertia_combine,
+                             (st,), split_every, "qk-inertia")
+    else:
+        d = map_blocks_reduce(X, _qk_inertia_chunk, _inertia_combine, args=(st,),
+                              split_every=split_every, with_offsets=True, name="qk-inertia")
     ((value, bad),) = compute(d)
     if bad:
         raise_bad(bad)
