@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils.validation import check_is_fitted
 
-from ..parallel.engine import driver_blas, maybe_persist
+from ..parallel.engine import driver_blas, maybe_persist, release_persisted
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
                            validate_params)
 from ..parallel.fingerprint import data_fingerprint
@@ -246,7 +246,7 @@ class KMeans(DqkmClusterer):
         Xd, lazy = self._validate_X(X, reset=True)
         n_init = self._check_params(Xd.shape[0])
         self._check_extra_params(Xd.shape[1])
-        Xd, _ = maybe_persist(Xd, self.persist)
+        Xd, persisted = maybe_persist(Xd, self.persist)
         algorithm = self._algorithm(Xd.shape[1])
         if compose is not None:
             algorithm = compose(algorithm)
@@ -254,6 +254,7 @@ class KMeans(DqkmClusterer):
                       callback=callback, verbose=self.verbose, checkpoint=checkpoint,
                       resume=resume, inputs=X if inputs is None else inputs)
         self._set_fitted(Xd, lazy, fit.value, fit.result)
+        release_persisted(self, persisted)
         return self
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
-from ..parallel.engine import maybe_persist
+from ..parallel.engine import maybe_persist, release_persisted
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
@@ -354,7 +354,7 @@ class KMultipleMeans(DqkmClusterer):
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
         m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
-        Xd, _ = maybe_persist(Xd, self.persist)
+        Xd, persisted = maybe_persist(Xd, self.persist)
         algorithm = _KMMAlgorithm(self, Xd, m, rank)
         run = run_fit(algorithm, Xd, random_state=self.random_state, verbose=self.verbose,
                       callback=None if callback is None else (lambda rec, state: callback(rec)),
@@ -373,6 +373,7 @@ class KMultipleMeans(DqkmClusterer):
         self.seeding_ = dict(state.seeding)
         self.labels_ = self._output(res.labels, lazy)
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
+        release_persisted(self, persisted)
         return self
 
     def _checkpoint_identity(self, Xd, m):
