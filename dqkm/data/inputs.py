@@ -290,8 +290,26 @@ def load_array(path, component=None, *, chunks=None, storage_options=None, forma
     Zarr (any dtype and ndim; a CSR group as CSR chunks), Parquet and CSV
     (numeric columns; their row counts are computed once, in one pass over
     the partitions), HDF5 and NetCDF (a dataset or variable read by the
-    tasks, each opening the file).  See :func:`open_input` for the
-    parameters.
+    tasks, each opening the file).
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A local path or an fsspec URL (Zarr, Parquet, CSV).
+    component : str, optional
+        The array of a Zarr group, the dataset of an HDF5 file or the variable
+        of a NetCDF file (default: ``"X"``, or the only 2-D one).
+    chunks : int, optional
+        Rows per chunk (default: the file's own, or ~64 MB).
+    storage_options : dict, optional
+        Passed to fsspec for URLs.
+    format : {'zarr', 'parquet', 'csv', 'hdf5', 'netcdf'}, optional
+        Default: told by the suffix (``.zarr``, ``.parquet``, ``.csv``/``.tsv``,
+        ``.h5``/``.hdf5``, ``.nc``); a file with another name is refused
+        with a :class:`~dqkm.exceptions.StoreError` asking for it.
+    columns : list of str, optional
+        The columns of a Parquet or CSV file to read, in this order
+        (default: all; the columns must be numeric).
 
     Returns
     -------

@@ -122,7 +122,7 @@ def as_dask_array(X, chunks=None, *, component=None, storage_options=None, forma
         A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
         array, to a group (its array ``component``, default ``"X"``) or to a
         CSR group (:mod:`dqkm.sparse`), or to a Parquet, CSV, HDF5 or NetCDF
-        file (see :func:`dqkm.data.inputs.load_array`; ``format`` and
+        file (see :func:`dqkm.io.load_array`; ``format`` and
         ``columns`` are passed to it).  Sparse input (CSR, COO) stays sparse:
         a Dask array of CSR chunks.  A Dask DataFrame (numeric columns) and a
         Dask-backed xarray object stay lazy.
