@@ -92,7 +92,7 @@ def test_dask_dataframe_fit_brings_only_small_results_to_the_driver(dist_client,
 
     dist_client.gather = spy
     try:
-        model = dqkm.KMeans(4, random_state=0, persist=False, max_iter=5).fit(ddf)
+        model = dqkm.KMeans(4, random_state=0, persist=False, max_iter=3).fit(ddf)
     finally:
         del dist_client.gather
     assert gathered and max(gathered) < X.nbytes / 10
