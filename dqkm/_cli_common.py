@@ -41,6 +41,18 @@ def _check_parent(path, option):
                        "permissions.")
 
 
+def _read_data(args, attr="data"):
+    """The command's data (``args.<attr>``) as a 2-D float Dask array, read as the
+    options ``--format``, ``--columns`` and ``--component`` say (see
+    :func:`dqkm.io.load_array`; the format is told by the suffix by default)."""
+    from .io import as_dask_array
+
+    columns = getattr(args, "columns", None)
+    return as_dask_array(getattr(args, attr), format=getattr(args, "format", None),
+                         columns=[c.strip() for c in columns.split(",")] if columns else None,
+                         component=getattr(args, "component", None))
+
+
 @contextlib.contextmanager
 def _scheduler(args):
     """Set up the scheduler named on the command line for the duration of a command.

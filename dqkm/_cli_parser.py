@@ -85,9 +85,24 @@ def _build_generate(add):
     _add_scheduler_args(g)
 
 
+def _add_input_args(p):
+    """How the positional ``data`` is read (see :func:`dqkm.io.load_array`)."""
+    p.add_argument("--format", choices=["zarr", "parquet", "csv", "hdf5", "netcdf"],
+                   help="format of the data (default: told by its suffix: .zarr, .parquet, "
+                        ".csv/.tsv, .h5/.hdf5, .nc)")
+    p.add_argument("--columns", metavar="A,B,…",
+                   help="the columns of a Parquet or CSV file to read (default: all)")
+    p.add_argument("--component", metavar="NAME",
+                   help="the array of a Zarr group, dataset of an HDF5 file or variable of a "
+                        "NetCDF file (default: 'X' or the only 2-D one)")
+
+
 def _build_fit(add):
-    f = add("fit", help="fit a model on a Zarr store and save it")
-    f.add_argument("data", help="Zarr store (array, or group with array 'X'), path or URL")
+    f = add("fit", help="fit a model on a Zarr store (or Parquet, CSV, HDF5, NetCDF file) "
+                        "and save it")
+    f.add_argument("data", help="Zarr store (array, or group with array 'X'), Parquet, CSV, "
+                                "HDF5 or NetCDF file; path or URL")
+    _add_input_args(f)
     f.add_argument("--algorithm", default="kmeans", choices=sorted(ALGORITHMS),
                    help="kmeans: KMeans, qkmeans: QKMeans, kmm: KMultipleMeans, sekmeans: "
                         "SparseEmbeddedKMeans, kmeans-l1: KMeansL1")
@@ -115,14 +130,18 @@ def _build_fit(add):
 def _build_apply(add):
     p = add("predict", help="label a Zarr store with a saved model")
     p.add_argument("model", help="a saved fitted clusterer (dqkm fit)")
-    p.add_argument("data", help="Zarr store of the rows to label")
+    p.add_argument("data", help="Zarr store (or Parquet, CSV, HDF5, NetCDF file) of the rows "
+                                "to label")
+    _add_input_args(p)
     _add_out(p, "Zarr store of the labels")
     _add_scheduler_args(p)
 
     t = add("transform", help="a saved model's transform of a Zarr store (e.g. "
                               "FactorNystroem features, distances to centroids)")
     t.add_argument("model", help="a saved model with transform")
-    t.add_argument("data", help="Zarr store of the rows to transform")
+    t.add_argument("data", help="Zarr store (or Parquet, CSV, HDF5, NetCDF file) of the rows "
+                                "to transform")
+    _add_input_args(t)
     _add_out(t, "Zarr store of the transformed rows")
     _add_scheduler_args(t)
 

@@ -45,7 +45,7 @@ __all__ = ["main"]
 
 from ._cli_algorithms import ALGORITHMS
 from ._cli_common import (CLIError, _check_out, _check_parent, _load_model,  # noqa: F401
-                          _one_line, _read_model, _scheduler)
+                          _one_line, _read_data, _read_model, _scheduler)
 from ._cli_inspect import _fitted_sizes, cmd_info, cmd_report, fit_summary  # noqa: F401
 
 
@@ -109,7 +109,7 @@ def cmd_generate(args):
 
 
 def cmd_fit(args):
-    from .io import as_dask_array, save
+    from .io import save
 
     algos = _available_algorithms()
     if args.algorithm not in algos:
@@ -132,7 +132,7 @@ def cmd_fit(args):
         raise CLIError(f"bad parameter for {cls.__name__}: {e}") from None
     reports = _fit_verbose(model, args)
     with _scheduler(args), _progress(args, fit_reporter=reports):
-        X = as_dask_array(args.data)
+        X = _read_data(args)
         t0 = time.perf_counter()
         fit_kw = {}
         if args.checkpoint:
@@ -163,12 +163,12 @@ def _fit_checkpointed(model, X, args, fit_kw):
 def _apply_saved_model(args, method):
     """``predict``/``transform``: a saved model's ``method`` on the data store,
     blockwise, written to ``--out``.  Returns the model and the (lazy) result."""
-    from .io import as_dask_array, save_array
+    from .io import save_array
 
     _check_out(args.out, args.overwrite)
     model = _load_model(args.model, needs=method, command=args.command)
     with _scheduler(args), _progress(args):
-        out = getattr(model, method)(as_dask_array(args.data))
+        out = getattr(model, method)(_read_data(args))
         save_array(out, args.out, overwrite=args.overwrite)
     return model, out
 

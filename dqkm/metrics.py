@@ -23,7 +23,7 @@ __all__ = ["objective", "ami", "nmi", "purity", "model_nnz", "model_flops", "nys
 def _labels(a, name):
     if isinstance(a, da.Array):
         a = compute(a)[0]
-    elif is_lazy(a):  # a zarr array
+    elif is_lazy(a) and type(a).__module__.startswith("zarr"):  # a zarr array
         a = a[...]
     a = np.asarray(a)
     if a.ndim != 1:

@@ -11,6 +11,7 @@ from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluste
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ..data.inputs import in_memory_input, is_lazy_input, lazy_input
 from ..exceptions import DataError
 from ..parallel.data import to_dask
 from ..sparse import check_sparse, is_sparse_dask, sparse_to_dask
@@ -20,8 +21,22 @@ __all__ = ["DqkmClusterer", "CenterInference", "check_n_features", "is_lazy", "v
 
 
 def is_lazy(X) -> bool:
-    """True for inputs that stay out of core: Dask arrays and Zarr arrays."""
-    return isinstance(X, da.Array) or type(X).__module__.startswith("zarr")
+    """True for inputs that stay out of core: Dask arrays, Zarr arrays, Dask
+    DataFrames, Dask-backed xarray objects and file paths (see
+    :func:`dqkm.data.inputs.is_lazy_input`)."""
+    return is_lazy_input(X)
+
+
+def _check_lazy_features(estimator, n_features, names, *, reset):
+    """``n_features_in_`` and ``feature_names_in_`` for lazy input, by scikit-learn's
+    own checks run on an empty stand-in with X's columns (nothing of X is read)."""
+    if names is not None:
+        import pandas as pd
+
+        proxy = pd.DataFrame(columns=list(names))
+    else:
+        proxy = np.empty((0, n_features))
+    validate_data(estimator, proxy, reset=reset, skip_check_array=True)
 
 
 def check_n_features(estimator, n_features, *, reset):
@@ -130,12 +145,16 @@ def validate_input(estimator, X, *, reset: bool, row_chunks=None, accept_sparse=
     other sparse formats are refused with the conversion to make.
 
     In-memory input goes through scikit-learn's ``validate_data`` (the usual
-    messages, ``n_features_in_``, feature names); lazy input is checked for
-    ndim, dtype and the number of features without reading it — non-finite
-    values are detected during the first pass.  ``row_chunks`` (a function of
+    messages, ``n_features_in_``, feature names; an in-memory xarray Dataset
+    as a DataFrame of its variables); lazy input (see :func:`is_lazy`) is
+    checked for ndim, dtype, the number of features and the feature names
+    (of a Dask DataFrame, a Dataset, a Parquet or CSV file) without reading
+    it — non-finite values are detected during the first pass; a Dask
+    DataFrame's row counts are computed (one pass returning only lengths).  ``row_chunks`` (a function of
     the number of rows) sets the rows per block of in-memory input, whose
     blocks are views of it (lazy input keeps its chunks).
     """
+    X = in_memory_input(X)
     if accept_sparse:
         out = _validate_sparse(estimator, X, reset=reset)
         if out is not None:
@@ -148,6 +167,9 @@ def validate_input(estimator, X, *, reset: bool, row_chunks=None, accept_sparse=
         # Xc is read only by this call's passes: no defensive copy of it
         chunks = None if row_chunks is None else row_chunks(Xc.shape[0])
         return to_dask(Xc, chunks, copy=False), False
+    if not reset:
+        check_is_fitted(estimator)
+    X, names = lazy_input(X)
     Xd = to_dask(X)
     if Xd.ndim != 2:
         raise ValueError(f"Expected a 2-D array for X, got a {Xd.ndim}-D Dask array of "
@@ -162,7 +184,7 @@ def validate_input(estimator, X, *, reset: bool, row_chunks=None, accept_sparse=
     if Xd.shape[0] < 1 or Xd.shape[1] < 1:
         raise ValueError(f"Found array with shape {Xd.shape} while a minimum of 1 sample "
                          "and 1 feature is required.")
-    check_n_features(estimator, Xd.shape[1], reset=reset)
+    _check_lazy_features(estimator, Xd.shape[1], names, reset=reset)
     return Xd, True
 
 

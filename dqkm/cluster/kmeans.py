@@ -13,7 +13,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.bounds import BoundedPasses, choose_algorithm
-from ..parallel.engine import driver_blas, maybe_persist
+from ..parallel.engine import driver_blas, maybe_persist, release_persisted
 from ..exceptions import InvalidParameterError
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
                            validate_params)
@@ -390,7 +390,7 @@ class KMeans(CenterInference, DqkmClusterer):
         Xd, lazy = self._validate_X(X, reset=True)
         n_init = self._check_params(Xd.shape[0])
         self._check_extra_params(Xd.shape[1])
-        Xd, _ = maybe_persist(Xd, self.persist)
+        Xd, persisted = maybe_persist(Xd, self.persist)
         algorithm = self._algorithm(Xd.shape[1])
         w = validate_sample_weight(sample_weight, Xd, type(self).__name__)
         if w is not None:
@@ -406,6 +406,7 @@ class KMeans(CenterInference, DqkmClusterer):
                       callback=callback, verbose=self.verbose, checkpoint=checkpoint,
                       resume=resume, inputs=X if inputs is None else inputs)
         self._set_fitted(Xd, lazy, fit.value, fit.result)
+        release_persisted(self, persisted)
         return self
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.

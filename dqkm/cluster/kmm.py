@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
-from ..parallel.engine import compute, maybe_persist
+from ..parallel.engine import compute, maybe_persist, release_persisted
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
@@ -362,7 +362,7 @@ class KMultipleMeans(DqkmClusterer):
         Xd, lazy = self._validate_X(X, reset=True)
         m, rank = self._check_params(Xd.shape[0], Xd.shape[1])
         self._check_sample_weight(sample_weight, Xd)
-        Xd, _ = maybe_persist(Xd, self.persist)
+        Xd, persisted = maybe_persist(Xd, self.persist)
         algorithm = _KMMAlgorithm(self, Xd, m, rank)
         run = run_fit(algorithm, Xd, random_state=self.random_state, verbose=self.verbose,
                       callback=None if callback is None else (lambda rec, state: callback(rec)),
@@ -381,6 +381,7 @@ class KMultipleMeans(DqkmClusterer):
         self.seeding_ = dict(state.seeding)
         self.labels_ = self._output(res.labels, lazy)
         self.similarity_ = (self._output(res.neighbors, lazy), self._output(res.weights, lazy))
+        release_persisted(self, persisted)
         return self
 
     def _check_sample_weight(self, sample_weight, Xd):

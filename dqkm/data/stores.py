@@ -26,7 +26,7 @@ from .paths import is_url, local_path
 from .zarr_reader import from_zarr
 
 __all__ = ["open_store", "load_array", "save_array", "save_arrays", "check_writable",
-           "is_url", "local_path"]
+           "is_url", "local_path", "dimension_names", "group_dimension_names"]
 
 _DEFAULT_COMPONENT = "X"
 
@@ -124,6 +124,28 @@ def load_array(path, component=None, *, chunks=None, storage_options=None) -> da
 
 
 # ----------------------------------------------------------------------------- writing
+def dimension_names(ndim, name=None, rows="sample"):
+    """The names of an array's dimensions in the stores dqkm writes (Zarr v3
+    ``dimension_names``, which ``xarray.open_zarr`` reads as the dimensions):
+    ``rows`` for the first, ``"feature"`` (or ``"<name>_feature"``) for the
+    second, ``"dim_<axis>"`` (or ``"<name>_dim_<axis>"``) beyond."""
+    prefix = "" if name is None else f"{name}_"
+    rest = [f"{prefix}feature" if axis == 1 else f"{prefix}dim_{axis}"
+            for axis in range(1, ndim)]
+    return tuple([rows] + rest) if ndim else ()
+
+
+def group_dimension_names(shapes: dict) -> dict:
+    """Dimension names of the arrays of one group (name -> shape): rows are
+    ``"sample"`` when all arrays have as many rows (row-aligned data), else
+    ``"<name>_rows"``; ``X``'s second dimension is ``"feature"``, the other
+    arrays' are prefixed by their name (sizes may differ)."""
+    n_rows = {s[0] for s in shapes.values() if len(s)}
+    return {name: dimension_names(
+        len(s), None if name == "X" else name,
+        "sample" if len(n_rows) == 1 else f"{name}_rows") for name, s in shapes.items()}
+
+
 def _regular_rows(X: da.Array) -> da.Array:
     """Zarr needs equal chunks (the last may be smaller): rechunk rows if not."""
     rows = X.chunks[0]
@@ -214,6 +236,7 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                                 storage_options=storage_options if t.url else None)
         if attrs:
             group.attrs.update(attrs)
+        dims = group_dimension_names({k: np.shape(v) for k, v in arrays.items()})
         stores = []
         for name, arr in arrays.items():
             if not isinstance(arr, da.Array):
@@ -223,7 +246,8 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
                 rows = (max(1, min(arr.shape[0], 65536)),) if arr.ndim else ()
                 z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
                                        chunks=rows + tuple(max(1, n) for n in arr.shape[1:]),
-                                       compressors=compressors)
+                                       compressors=compressors,
+                                       dimension_names=dims[name])
                 if array_attrs:
                     z.attrs.update(array_attrs)
                 z[...] = arr
@@ -231,7 +255,7 @@ def save_arrays(arrays: dict, path, *, overwrite=False, attrs=None, storage_opti
             arr = _regular_rows(arr) if arr.ndim else arr
             z = group.create_array(name, shape=arr.shape, dtype=arr.dtype,
                                    chunks=tuple(max(1, c[0]) for c in arr.chunks),
-                                   compressors=compressors)
+                                   compressors=compressors, dimension_names=dims[name])
             if array_attrs:
                 z.attrs.update(array_attrs)
             stores.append(da.store(arr, z, lock=False, compute=False))
@@ -291,6 +315,7 @@ def save_array(X, path, *, overwrite=False, attrs=None, storage_options=None,
         z = zarr.create_array(t.tmp_url, shape=arr.shape, dtype=arr.dtype,
                               chunks=tuple(c[0] for c in arr.chunks), zarr_format=3,
                               compressors=compressors,
+                              dimension_names=dimension_names(arr.ndim),
                               storage_options=storage_options if t.url else None)
         if attrs:
             z.attrs.update(attrs)

@@ -5,6 +5,14 @@
 ``dqkm.fast-zarr-read`` (default ``true``)
     Read uncompressed or blosc/zstd Zarr chunks straight from their files, without
     zarr's asynchronous machinery; ``false`` always reads through zarr.
+
+``dqkm.keep-persisted`` (default ``false``)
+    After a fit that persisted X (``persist=True``, or ``'auto'`` when X fits),
+    keep X in memory as long as the lazy ``labels_`` refer to it.  ``false``:
+    ``labels_`` are persisted on their own and X is released when the fit
+    returns (:func:`dqkm.parallel.engine.release_persisted`).  Set it with
+    ``dask.config.set({"dqkm.keep-persisted": True})`` or
+    ``DASK_DQKM__KEEP_PERSISTED=True``.
 """
 
 from importlib import resources
@@ -23,7 +31,12 @@ def _packaged_defaults():
 #: The defaults shipped in ``dqkm/dqkm.yaml``.
 DEFAULTS = _packaged_defaults()
 
+#: Defaults of the keys about the memory a fit keeps (not in ``dqkm.yaml``).
+MEMORY_DEFAULTS = {"dqkm": {"keep-persisted": False}}
+
 
 def register_defaults():
-    """Register :data:`DEFAULTS` with dask (values the user set keep priority)."""
+    """Register :data:`DEFAULTS` and :data:`MEMORY_DEFAULTS` with dask (values the
+    user set keep priority)."""
+    dask.config.update_defaults(MEMORY_DEFAULTS)
     dask.config.update_defaults(DEFAULTS)

@@ -1,7 +1,10 @@
 """Turning in-memory, sparse or Zarr-backed input into row-chunked Dask arrays.
 
-* :func:`to_dask` — NumPy, Dask or a zarr.Array → a Dask array chunked along rows.
-* :func:`as_dask_array` — any input dqkm reads (also a store path or URL, and
+* :func:`to_dask` — NumPy, Dask or a zarr.Array → a Dask array chunked along rows;
+  with an active distributed Client, a NumPy array is scattered to the workers
+  once (never embedded in the graph of every pass).
+* :func:`as_dask_array` — any input dqkm reads (also a file path or URL in any
+  format of :mod:`dqkm.data.inputs`, a Dask DataFrame, an xarray object, and
   sparse data) → a 2-D float Dask array chunked along rows.
 
 The chunk arithmetic lives in :mod:`dqkm.data.chunks` and the stores in
@@ -19,11 +22,16 @@ import scipy.sparse as sp
 
 from ..data.chunks import SMALL_RECHUNK_BYTES, auto_row_chunks, check_known_chunks
 from ..data.csr import check_sparse, sparse_to_dask
-from ..data.stores import load_array
+from ..data.execute import active_client
+from ..data.inputs import is_dask_frame, is_xarray, lazy_input, load_array
 from ..data.zarr_reader import from_zarr
 
 __all__ = ["auto_row_chunks", "check_known_chunks", "to_dask", "as_dask_array",
-           "SMALL_RECHUNK_BYTES"]
+           "SMALL_RECHUNK_BYTES", "SCATTER_BYTES"]
+
+#: NumPy input above this size is scattered to the workers of an active
+#: distributed Client (smaller input rides in the graph, which costs less).
+SCATTER_BYTES = 1 << 20
 
 
 def _row_views(X: np.ndarray, chunks) -> da.Array:
@@ -44,6 +52,23 @@ def _row_views(X: np.ndarray, chunks) -> da.Array:
     return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
 
 
+def _scattered_rows(X: np.ndarray, chunks, client) -> da.Array:
+    """A Dask array whose blocks are row ranges of ``X`` scattered to the workers.
+
+    One ``scatter`` sends every block once; each pass then refers to the
+    blocks by key instead of carrying them in its graph (which distributed
+    warns about as a "large graph" and sends again with every compute).
+    The blocks are released when the returned array is no longer referenced.
+    """
+    rows = da.core.normalize_chunks((chunks, -1), X.shape, dtype=X.dtype)
+    bounds = np.concatenate([[0], np.cumsum(rows[0])])
+    futures = client.scatter([X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))],
+                             hash=False)
+    name = f"dqkm-scattered-{uuid.uuid4().hex}"
+    dsk = {(name, i, 0): f for i, f in enumerate(futures)}
+    return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
+
+
 def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     """A Dask array chunked along rows only, from NumPy, Dask or a zarr.Array.
 
@@ -56,7 +81,9 @@ def to_dask(X, chunks=None, *, copy=True) -> da.Array:
     :func:`dqkm.data.zarr_reader.from_zarr` (absolute local paths).  With
     ``copy=False`` a 2-D NumPy array's blocks are views of it (for callers
     that finish with the array before returning: the caller must not change
-    X while the result is in use).
+    X while the result is in use).  With an active distributed Client, a 2-D
+    NumPy array above :data:`SCATTER_BYTES` is scattered to the workers once
+    instead (see :func:`_scattered_rows`).
     """
     if isinstance(X, da.Array):
         check_known_chunks(X)
@@ -77,21 +104,28 @@ def to_dask(X, chunks=None, *, copy=True) -> da.Array:
         return da.from_array(X, chunks=X.shape or ())  # caller's validation reports ndim
     if chunks is None:
         chunks = auto_row_chunks(X.shape[0], X.shape[1], X.dtype.itemsize)
+    client = active_client() if X.nbytes > SCATTER_BYTES else None
+    if client is not None:
+        return _scattered_rows(X, chunks, client)
     if not copy and type(X) is np.ndarray:
         return _row_views(X, chunks)
     return da.from_array(X, chunks=(chunks, -1))
 
 
-def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da.Array:
+def as_dask_array(X, chunks=None, *, component=None, storage_options=None, format=None,
+                  columns=None) -> da.Array:
     """X as a 2-D float Dask array chunked along rows only.
 
     Parameters
     ----------
-    X : ndarray, scipy.sparse matrix, Dask array, zarr.Array, or str/PathLike
+    X : array-like, scipy.sparse matrix, Dask array or DataFrame, xarray object, zarr.Array, or str/PathLike
         A path (local or fsspec URL such as ``s3://bucket/data.zarr``) to a Zarr
         array, to a group (its array ``component``, default ``"X"``) or to a
-        CSR group (:mod:`dqkm.sparse`).  Sparse input (CSR, COO) stays sparse:
-        a Dask array of CSR chunks.
+        CSR group (:mod:`dqkm.sparse`), or to a Parquet, CSV, HDF5 or NetCDF
+        file (see :func:`dqkm.io.load_array`; ``format`` and
+        ``columns`` are passed to it).  Sparse input (CSR, COO) stays sparse:
+        a Dask array of CSR chunks.  A Dask DataFrame (numeric columns) and a
+        Dask-backed xarray object stay lazy.
     chunks : int or tuple, optional
         Rows per chunk.  Default: the store's row chunks, or ~64 MB chunks
         for in-memory data.
@@ -118,7 +152,10 @@ def as_dask_array(X, chunks=None, *, component=None, storage_options=None) -> da
     ((4, 4, 2), (3,))
     """
     if isinstance(X, (str, os.PathLike)):
-        Xd = load_array(X, component, chunks=chunks, storage_options=storage_options)
+        Xd = load_array(X, component, chunks=chunks, storage_options=storage_options,
+                        format=format, columns=columns)
+    elif is_dask_frame(X) or is_xarray(X):
+        Xd = to_dask(lazy_input(X)[0], chunks=chunks)
     elif sp.issparse(X):
         Xd = sparse_to_dask(X, chunks)
     elif isinstance(X, da.Array) and sp.issparse(X._meta):

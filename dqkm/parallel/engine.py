@@ -48,6 +48,7 @@ __all__ = [
     "map_blocks_reduce",
     "map_rows",
     "maybe_persist",
+    "release_persisted",
     "progress",
     "sum_partials",
     "tree_reduce",
@@ -349,7 +350,9 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
     memory with local threads).  Otherwise X is re-read from its source
     (Zarr) on every pass and memory stays bounded by a few chunks per worker.
 
-    Returns ``(X, persisted)``.
+    Returns ``(X, persisted)``.  What is persisted here lives as long as the
+    returned array is referenced; after a fit, :func:`release_persisted`
+    makes sure the fitted model does not keep it.
     """
     if persist not in ("auto", True, False):
         raise ValueError(f"persist must be 'auto', True or False; got {persist!r}.")
@@ -374,3 +377,49 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
             X = X.persist()
     return X, True
 
+
+
+def _holds_dask(value) -> bool:
+    if isinstance(value, tuple):
+        return any(isinstance(v, da.Array) for v in value)
+    return isinstance(value, da.Array)
+
+
+def release_persisted(estimator, persisted: bool) -> None:
+    """After a fit on X persisted by :func:`maybe_persist`: let X go.
+
+    The estimator's lazy fitted attributes (``labels_``, and tuples of Dask
+    arrays such as KMultipleMeans's ``similarity_``) are graphs on the
+    persisted X; they are persisted themselves (computed once, kept in the
+    workers' memory, or the driver's with local threads: one small array per
+    chunk), so that once the fit returns nothing references X and its chunks
+    are freed.  Nothing is done when X was not persisted (the attributes then
+    read X from its source when computed), nor when the dask config key
+    ``dqkm.keep-persisted`` is true: X then stays in memory as long as the
+    lazy ``labels_`` that refer to it.
+    """
+    if not persisted or dask.config.get("dqkm.keep-persisted", False):
+        return
+    names = [k for k, v in vars(estimator).items()
+             if k.endswith("_") and not k.startswith("_") and _holds_dask(v)]
+    if not names:
+        return
+    flat = [a for k in names for a in (getattr(estimator, k) if isinstance(
+        getattr(estimator, k), tuple) else (getattr(estimator, k),))]
+    lazy = [a for a in flat if isinstance(a, da.Array)]
+    client = active_client()
+    if client is not None:
+        done = client.persist(lazy)
+        from distributed import wait
+
+        wait(done)
+    else:
+        with _blas_limit_context():
+            done = dask.persist(*lazy)
+    new = dict(zip(map(id, lazy), done))
+    for k in names:
+        value = getattr(estimator, k)
+        if isinstance(value, tuple):
+            setattr(estimator, k, tuple(new.get(id(a), a) for a in value))
+        else:
+            setattr(estimator, k, new[id(value)])
