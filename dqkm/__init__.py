@@ -40,10 +40,12 @@ Dask config keys (defaults in ``dqkm/dqkm.yaml``, registered with
   Zarr chunks straight from their files; ``False`` always reads through zarr.
   Set with ``dask.config.set({"dqkm.fast-zarr-read": False})``, in
   ``~/.config/dask/dqkm.yaml``, or ``DASK_DQKM__FAST_ZARR_READ=False``.
-- ``dqkm.keep-persisted`` (default ``False``; registered by
-  :mod:`dqkm.parallel._config`): after a fit that persisted X, keep X in
+- ``dqkm.keep-persisted`` (default ``False``): after a fit that persisted X, keep X in
   memory as long as the lazy ``labels_`` refer to it; ``False`` persists
   ``labels_`` on their own and releases X when the fit returns.
+- ``dqkm.settle-timeout`` (default ``30``): seconds a failed or interrupted
+  write waits for its running tasks to end before dqkm removes its temporary
+  store.
 
 Top-level names are imported lazily, so ``import dqkm.kernels`` stays free of
 Dask. To export a new estimator, add it to ``_LAZY`` (not as an import).

@@ -13,6 +13,11 @@
     returns (:func:`dqkm.parallel.engine.release_persisted`).  Set it with
     ``dask.config.set({"dqkm.keep-persisted": True})`` or
     ``DASK_DQKM__KEEP_PERSISTED=True``.
+
+``dqkm.settle-timeout`` (default ``30``)
+    Seconds a failed or interrupted write waits for its running tasks to end
+    before dqkm removes its temporary store
+    (:func:`dqkm.data.execute.compute_settled`).
 """
 
 from importlib import resources
@@ -31,12 +36,7 @@ def _packaged_defaults():
 #: The defaults shipped in ``dqkm/dqkm.yaml``.
 DEFAULTS = _packaged_defaults()
 
-#: Defaults of the keys about the memory a fit keeps (not in ``dqkm.yaml``).
-MEMORY_DEFAULTS = {"dqkm": {"keep-persisted": False}}
-
 
 def register_defaults():
-    """Register :data:`DEFAULTS` and :data:`MEMORY_DEFAULTS` with dask (values the
-    user set keep priority)."""
-    dask.config.update_defaults(MEMORY_DEFAULTS)
+    """Register :data:`DEFAULTS` with dask (values the user set keep priority)."""
     dask.config.update_defaults(DEFAULTS)
