@@ -233,22 +233,10 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         -------
         self
         """
-        validate_params(self)
-        Xd, lazy = self._validate_X(X, reset=True)
+        Xd, lazy, w, state = self._run_epochs(X, sample_weight, callback, checkpoint, resume)
         n = Xd.shape[0]
-        n_init = self._check_params(n)
-        w = self._weights(sample_weight, Xd)
-        tol_abs = 0.0
-        if self.tol > 0:
-            tol_abs = float(compute(Xd.astype(np.float64).var(axis=0).mean())[0]) * self.tol
-        algo = _MiniBatchAlgorithm(self, w, n, n_init, tol_abs)
-        fit = run_fit(algo, Xd, n_init=1, random_state=self.random_state, callback=callback,
-                      verbose=self.verbose, checkpoint=checkpoint, resume=resume, inputs=X)
-        state = fit.result.state
-        self.history_ = fit.result.history
         self.cluster_centers_ = state.centers.astype(Xd.dtype)
         self._counts = state.weight_sums
-        self._state, self._rng = state, algo.rng  # partial_fit goes on from here
         self.n_steps_ = state.steps
         self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
         if self.compute_labels:
@@ -257,6 +245,26 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
             self.inertia_ = float(state.ewa) * self.batch_size if state.ewa is not None \
                 else np.nan
         return self
+
+    def _run_epochs(self, X, sample_weight, callback, checkpoint, resume):
+        """Validate, run the epochs through the fit driver, keep the state for
+        ``partial_fit``; return ``(Xd, lazy, weights, state)``.  Subclasses
+        change the driver's algorithm through :attr:`_algorithm_class`."""
+        validate_params(self)
+        Xd, lazy = self._validate_X(X, reset=True)
+        n = Xd.shape[0]
+        n_init = self._check_params(n)
+        w = self._weights(sample_weight, Xd)
+        tol_abs = 0.0
+        if self.tol > 0:
+            tol_abs = float(compute(Xd.astype(np.float64).var(axis=0).mean())[0]) * self.tol
+        algo = self._algorithm_class(self, w, n, n_init, tol_abs)
+        fit = run_fit(algo, Xd, n_init=1, random_state=self.random_state, callback=callback,
+                      verbose=self.verbose, checkpoint=checkpoint, resume=resume, inputs=X)
+        state = fit.result.state
+        self.history_ = fit.result.history
+        self._state, self._rng = state, algo.rng  # partial_fit goes on from here
+        return Xd, lazy, w, state
 
     def _epoch(self, Xd, w, state, rng, n, n_steps, tol_abs):
         """One pass over X's blocks in a random order, in batches."""
@@ -477,3 +485,6 @@ class _State:
         self.ewa_min = None
         self.no_improvement = 0
         self.converged = False
+
+
+MiniBatchKMeans._algorithm_class = _MiniBatchAlgorithm

@@ -10,12 +10,10 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..data.serialize import pack_operator, unpack_operator
-from ..parallel.engine import compute
 from ..parallel.qkmeans import (aligned_weights, assign_factors, batch_partials,
                                 factor_distances, factor_inertia, operator_state)
 from ..parallel.stream import iter_blocks
 from .._validation import Interval, check_value, validate_params
-from ._driver import run_fit
 from .minibatch import MiniBatchKMeans, _MiniBatchAlgorithm, _State
 from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical
 
@@ -246,20 +244,8 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         -------
         self
         """
-        validate_params(self)
-        Xd, lazy = self._validate_X(X, reset=True)
+        Xd, lazy, w, state = self._run_epochs(X, sample_weight, callback, checkpoint, resume)
         n = Xd.shape[0]
-        n_init = self._check_params(n)
-        w = self._weights(sample_weight, Xd)
-        tol_abs = 0.0
-        if self.tol > 0:
-            tol_abs = float(compute(Xd.astype(np.float64).var(axis=0).mean())[0]) * self.tol
-        algo = _MiniBatchQKAlgorithm(self, w, n, n_init, tol_abs)
-        fit = run_fit(algo, Xd, n_init=1, random_state=self.random_state, callback=callback,
-                      verbose=self.verbose, checkpoint=checkpoint, resume=resume, inputs=X)
-        state = fit.result.state
-        self.history_ = fit.result.history
-        self._state, self._rng = state, algo.rng  # partial_fit goes on from here
         self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
         self._publish(state, Xd, lazy, None if sample_weight is None else w)
         if not self.compute_labels:
@@ -419,3 +405,6 @@ class _MiniBatchQKAlgorithm(_MiniBatchAlgorithm):
         ewa = result.state.ewa
         return float(ewa) if ewa is not None else float("nan")
 
+
+
+MiniBatchQKMeans._algorithm_class = _MiniBatchQKAlgorithm
