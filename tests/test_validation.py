@@ -158,7 +158,7 @@ def test_verbose_constraint():
     (dqkm.KMeans(2, persist="yes"), r"'persist' parameter of KMeans must be one of \['auto'\] "
                                     r"or a bool\. Got 'yes'"),
     (dqkm.KMeans(2, init=3), r"'init' parameter of KMeans must be one of \['k-means\+\+', "
-                             r"'k-means\|\|', 'random'\] or an array-like\. Got 3"),
+                             r"'k-means\|\|', 'random'\], a callable or an array-like\. Got 3"),
     (dqkm.KMeans(2, random_state=-1), "'random_state' parameter of KMeans"),
     (dqkm.KMeans(2, n_init=0), r"'n_init' parameter of KMeans must be one of \['auto'\] or an "
                                r"int in the range \[1, inf\)"),

@@ -255,7 +255,7 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         return tags
 
 
-class CenterInference:
+class CenterInference(TransformerMixin):
     """``predict``, ``transform`` and ``score`` of an estimator whose model is
     its ``cluster_centers_`` (KMeans, MiniBatchKMeans): blockwise on any size,
     dense or CSR rows (as the estimator's ``_validate_X`` accepts them).

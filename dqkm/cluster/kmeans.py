@@ -132,7 +132,7 @@ class KMeans(CenterInference, DqkmClusterer):
     X may be dense (NumPy, Dask, Zarr) or sparse: a ``scipy.sparse`` CSR (or
     COO) matrix or array, or a Dask array of CSR row chunks (see
     :mod:`dqkm.sparse`); sparse chunks go through the CSR Lloyd kernel
-    (:mod:`dqkm.kernels.lloyd_sparse`), with the results of the dense path.
+    (``dqkm/kernels/lloyd_sparse.py``), with the results of the dense path.
 
     ``fit`` and ``score`` take ``sample_weight``: every sum, count, objective,
     variance (for ``tol``) and the initialisation are weighted as in

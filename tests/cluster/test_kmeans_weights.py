@@ -149,10 +149,23 @@ def test_bad_weights_are_refused_by_score():
         km.score(X, sample_weight=-np.ones(60))
 
 
-def test_qkmeans_refuses_weights_until_its_steps_read_them():
+def test_a_step_that_does_not_declare_weights_is_refused_weights():
+    """An algorithm that replaces the step without ``supports_sample_weight``
+    would drop the weights silently: the fit refuses them instead."""
+    from dqkm.cluster.kmeans import LloydAlgorithm
+
+    class _Unweighted(LloydAlgorithm):
+        def step(self, X, state, iteration, tol_abs):
+            return super().step(X, state, iteration, tol_abs)
+
+    class _Custom(dqkm.KMeans):
+        def _algorithm(self, n_features):
+            return _Unweighted(self)
+
     X, w = _data(n=60)
-    with pytest.raises(InvalidParameterError, match="QKMeans.fit does not take sample_weight"):
-        dqkm.QKMeans(2, sparsity=1, max_iter=2, random_state=0).fit(X, sample_weight=w)
+    with pytest.raises(InvalidParameterError, match="_Custom.fit does not take sample_weight"):
+        _Custom(2, max_iter=2, random_state=0).fit(X, sample_weight=w)
+    assert _Custom(2, max_iter=2, random_state=0).fit(X).n_iter_ >= 1
 
 
 def _sorted_rows(A):

@@ -373,6 +373,11 @@ EXPECTED_FAILED_CHECKS = {
     "check_fit2d_predict1d": _N_CLUSTERS_1,
     "check_n_features_in_after_fitting": _TINY,
     "check_estimators_nan_inf": _TINY,
+    **{check: _TINY for check in (
+        "check_sample_weights_pandas_series", "check_sample_weights_not_an_array",
+        "check_sample_weights_list", "check_sample_weights_shape",
+        "check_sample_weights_not_overwritten", "check_sample_weights_invariance",
+        "check_sample_weight_equivalence_on_dense_data")},
     "check_clustering": ("50 points, c = 3: m = 12 prototypes and l = 5 neighbours, so each "
                          "cluster would need >= 5 of the 12 prototypes and the graph cannot "
                          "split into 3 components (the estimator warns about this)"),
