@@ -181,20 +181,14 @@ def test_killed_worker_does_not_change_the_result(tmp_path, persist):
 
 
 def _peak_rss():
-    """This process's peak resident set size in bytes since the last
-    :func:`_reset_peak_rss` (``VmHWM`` of /proc/self/status, in KiB)."""
+    """This process's peak resident set size in bytes (``VmHWM`` of
+    /proc/self/status).  Not ``getrusage``'s ``ru_maxrss``: that one survives
+    ``execve`` and so carries the peak of the process that spawned the worker."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmHWM in /proc/self/status")
-
-
-def _reset_peak_rss():
-    """Start this process's peak RSS anew from its current RSS (Linux: writing 5
-    to /proc/self/clear_refs resets VmHWM)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
@@ -226,13 +220,6 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
         clone(est).set_params(persist=True).fit(Xz[:4000].compute())
     with _cluster(trim_memory=True, memory_limit=limit) as cluster, Client(cluster) as client:
         pids = client.run(os.getpid)
-        # load every kernel in the workers on a small slice first (imports and a cold numba
-        # cache are a one-off per process, not what this test measures), then measure the
-        # peak from there
-        small = Xz[:125_000]
-        for est in estimators:
-            clone(est).fit(small)
-        client.run(_reset_peak_rss)
         for est in estimators:
             est.fit(Xz)
             assert np.isfinite(est.inertia_)
