@@ -353,16 +353,9 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         -------
         self
         """
-        first = not hasattr(self, "cluster_centers_")
-        if first:
-            validate_params(self)
-        Xd, lazy = self._validate_X(X, reset=first)
+        Xd, lazy, w, n_init = self._begin_partial(X, sample_weight, "cluster_centers_")
         n = Xd.shape[0]
-        w = self._weights(sample_weight, Xd)
-        if first:
-            n_init = self._check_params(n)
-            rs = check_random_state(self.random_state)
-            self._rng = np.random.default_rng(rs.randint(2**31 - 1))
+        if n_init is not None:
             self._state = _State(centers=self._best_init(Xd, n_init, self._rng),
                                  weight_sums=np.zeros(self.n_clusters))
             self.n_steps_ = 0
@@ -376,6 +369,23 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         if self.compute_labels:
             self._set_labels(Xd, lazy, w)
         return self
+
+    def _begin_partial(self, X, sample_weight, fitted):
+        """The start of ``partial_fit``: validate X and the weights, and on the
+        first call (no attribute ``fitted`` yet) the parameters and the
+        generator.  Return ``(Xd, lazy, weights, n_init)``, ``n_init`` None
+        after the first call."""
+        first = not hasattr(self, fitted)
+        if first:
+            validate_params(self)
+        Xd, lazy = self._validate_X(X, reset=first)
+        w = self._weights(sample_weight, Xd)
+        n_init = None
+        if first:
+            n_init = self._check_params(Xd.shape[0])
+            rs = check_random_state(self.random_state)
+            self._rng = np.random.default_rng(rs.randint(2**31 - 1))
+        return Xd, lazy, w, n_init
 
     def _weighted_inertia(self, Xd, w):
         """Sum of ``w`` times the squared distance of each row of X to its center."""

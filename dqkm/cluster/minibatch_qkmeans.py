@@ -6,14 +6,13 @@ import time
 from numbers import Integral
 
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..data.serialize import pack_operator, unpack_operator
 from ..parallel.qkmeans import (aligned_weights, assign_factors, batch_partials,
                                 factor_distances, factor_inertia, operator_state)
 from ..parallel.stream import iter_blocks
-from .._validation import Interval, check_value, validate_params
+from .._validation import Interval, check_value
 from .minibatch import MiniBatchKMeans, _MiniBatchAlgorithm, _State
 from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical
 
@@ -267,16 +266,9 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         -------
         self
         """
-        first = not hasattr(self, "factors_")
-        if first:
-            validate_params(self)
-        Xd, lazy = self._validate_X(X, reset=first)
+        Xd, lazy, w, n_init = self._begin_partial(X, sample_weight, "factors_")
         n = Xd.shape[0]
-        w = self._weights(sample_weight, Xd)
-        if first:
-            n_init = self._check_params(n)
-            rs = check_random_state(self.random_state)
-            self._rng = np.random.default_rng(rs.randint(2**31 - 1))
+        if n_init is not None:
             self._state = self._new_state(Xd, n_init, self._rng)
         state = self._state
         for _, block, wb in iter_blocks(Xd, weights=w):
