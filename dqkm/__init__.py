@@ -46,6 +46,10 @@ Dask config keys (defaults in ``dqkm/dqkm.yaml``, registered with
 - ``dqkm.settle-timeout`` (default ``30``): seconds a failed or interrupted
   write waits for its running tasks to end before dqkm removes its temporary
   store.
+- ``dqkm.paused-timeout`` (default ``120``): seconds every worker of the cluster
+  may stay paused (its process memory above distributed's pause threshold)
+  before a computation is cancelled with
+  :class:`~dqkm.exceptions.WorkersPausedError` instead of waiting forever.
 
 Top-level names are imported lazily, so ``import dqkm.kernels`` stays free of
 Dask. To export a new estimator, add it to ``_LAZY`` (not as an import).

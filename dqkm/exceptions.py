@@ -13,7 +13,7 @@ This module imports nothing from dqkm, so every layer may use it.
 from __future__ import annotations
 
 __all__ = ["DqkmError", "InvalidParameterError", "DataError", "StoreError", "CheckpointError",
-           "ModelFileError"]
+           "ModelFileError", "WorkersPausedError"]
 
 
 class DqkmError(Exception):
@@ -46,3 +46,8 @@ class CheckpointError(StoreError):
 class ModelFileError(DqkmError, ValueError):
     """A saved model file is damaged, of another format, or does not match
     what its estimator declares."""
+
+
+class WorkersPausedError(DqkmError, MemoryError):
+    """Every worker of the Dask cluster stayed paused (its process memory above
+    distributed's pause threshold), so a computation could not go on."""

@@ -54,7 +54,8 @@ def test_dask_config_keys_are_registered_with_their_defaults():
     shipped = yaml.safe_load((PACKAGE / "dqkm.yaml").read_text())
     assert dask.config.get("dqkm.fast-zarr-read") is True
     assert shipped == {"dqkm": {"fast-zarr-read": True, "keep-persisted": False,
-                                 "settle-timeout": 30}}
+                                 "settle-timeout": 30,
+                                 "paused-timeout": 120}}
     with dask.config.set({"dqkm.fast-zarr-read": False}):
         assert dask.config.get("dqkm.fast-zarr-read") is False
     # every key dqkm reads has a registered default and is documented

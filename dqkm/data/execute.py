@@ -19,7 +19,8 @@ from concurrent.futures import Executor, Future, InvalidStateError
 import dask
 
 __all__ = ["active_client", "compute_settled", "cpu_count", "local_progress", "progress",
-           "progress_enabled", "settle_timeout", "show_progress"]
+           "progress_enabled", "settle_timeout", "show_progress", "paused_timeout",
+           "wait_watched"]
 
 # The one switch for per-pass bars, shared with the verbose=2 progress views.
 from ..progress import DASK_BARS as _PROGRESS  # noqa: E402
@@ -89,6 +90,68 @@ def settle_timeout() -> float:
     return float(dask.config.get("dqkm.settle-timeout", 30))
 
 
+def paused_timeout() -> float:
+    """Seconds every worker may stay paused before a computation gives up (the Dask
+    config key ``dqkm.paused-timeout``, default 120)."""
+    return float(dask.config.get("dqkm.paused-timeout", 120))
+
+
+_POLL = 2.0
+
+
+def _all_workers(client) -> dict:
+    return client.scheduler_info(n_workers=-1)["workers"]
+
+
+def _paused_message(workers, seconds) -> str:
+    pause = dask.config.get("distributed.worker.memory.pause", 0.8)
+    mib = 2**20
+    detail = "; ".join(
+        f"{addr}: {(w.get('metrics') or {}).get('memory', 0) / mib:.0f} MiB of its "
+        f"memory_limit {float(w.get('memory_limit') or 0) / mib:.0f} MiB"
+        for addr, w in sorted(workers.items()))
+    return (f"every worker of the Dask cluster has been paused for {seconds:.0f} s, so the "
+            f"computation cannot go on and was cancelled. distributed pauses a worker whose "
+            f"process memory is above {pause:g} of its memory_limit ({detail}). A worker "
+            f"process with dask, numba and dqkm's kernels loaded takes a few hundred MiB "
+            f"before it holds any data: give the workers a larger memory_limit (or fewer "
+            f"threads each), or smaller chunks. The wait is set by the Dask config key "
+            f"dqkm.paused-timeout.")
+
+
+def wait_watched(client, futures, timeout=None):
+    """``distributed.wait(futures)``, raising :class:`~dqkm.exceptions.WorkersPausedError`
+    (after cancelling ``futures``) when every worker of the cluster stays paused for
+    :func:`paused_timeout` seconds (or ``timeout``).
+
+    A paused worker starts no task; when its memory does not come down (a worker
+    whose process alone is above distributed's pause threshold), a computation
+    would wait forever.  Ends normally when the futures are done, also when some
+    of them failed (``gather`` raises their error).
+    """
+    from distributed import wait
+
+    from ..exceptions import WorkersPausedError
+
+    limit = paused_timeout() if timeout is None else float(timeout)
+    since = None
+    while True:
+        try:
+            wait(futures, timeout=_POLL)
+            return
+        except TimeoutError:
+            pass
+        workers = _all_workers(client)
+        if not workers or any(w.get("status") != "paused" for w in workers.values()):
+            since = None
+            continue
+        now = time.monotonic()
+        since = now if since is None else since
+        if now - since >= limit:
+            client.cancel(futures)
+            raise WorkersPausedError(_paused_message(workers, now - since))
+
+
 def compute_settled(*objs):
     """Compute ``objs`` (e.g. stores to Zarr); on any exception, ``KeyboardInterrupt``
     included, stop the computation and return only after the tasks already running
@@ -130,12 +193,10 @@ def compute_settled(*objs):
 
 
 def _compute_distributed(client, objs):
-    from distributed import wait
-
     futures = client.compute(list(objs))
     try:
         show_progress(futures)
-        wait(futures)
+        wait_watched(client, futures)
         return tuple(client.gather(futures))
     except BaseException:
         client.cancel(futures)

@@ -31,7 +31,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
-                            show_progress)
+                            show_progress, wait_watched)
 
 logger = logging.getLogger(__name__)
 
@@ -129,13 +129,16 @@ def compute(*objs):
     """``dask.compute`` with the BLAS thread limit and the optional progress bar.
 
     This is the single ``compute`` of one iteration.  A lost scheduler raises
-    :class:`SchedulerLostError` (not a bare cancellation).
+    :class:`SchedulerLostError` (not a bare cancellation); workers that all stay
+    paused raise :class:`~dqkm.exceptions.WorkersPausedError` instead of waiting
+    forever (:func:`~dqkm.data.execute.wait_watched`).
     """
     client = active_client()
     if client is not None:
         try:
             futures = client.compute(list(objs))
             show_progress(futures)
+            wait_watched(client, futures)
             return tuple(client.gather(futures))
         except (concurrent.futures.CancelledError, OSError) as e:
             if not scheduler_lost(client, e):
@@ -365,13 +368,10 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
         return X, False
     client = active_client()
     if client is not None:
-        X = client.persist(X)
-        try:
-            from distributed import wait
+        from distributed import futures_of
 
-            wait(X)
-        except Exception:  # pragma: no cover - wait is best effort
-            pass
+        X = client.persist(X)
+        wait_watched(client, futures_of(X))
     else:
         with _blas_limit_context():
             X = X.persist()
@@ -409,10 +409,10 @@ def release_persisted(estimator, persisted: bool) -> None:
     lazy = [a for a in flat if isinstance(a, da.Array)]
     client = active_client()
     if client is not None:
-        done = client.persist(lazy)
-        from distributed import wait
+        from distributed import futures_of
 
-        wait(done)
+        done = client.persist(lazy)
+        wait_watched(client, futures_of(done))
     else:
         with _blas_limit_context():
             done = dask.persist(*lazy)

@@ -1,3 +1,5 @@
+import time
+
 import dask
 import dask.array as da
 import numpy as np
@@ -191,3 +193,37 @@ def test_a_closed_comm_or_failed_connect_is_a_lost_scheduler(dist_client):
     assert scheduler_lost(dist_client, CommClosedError("in <TCP (closed)>"))
     assert not scheduler_lost(dist_client, FileNotFoundError("connection refused"))
     assert not scheduler_lost(dist_client, OSError("connection reset by a task"))
+
+
+@pytest.mark.distributed
+def test_paused_workers_end_a_fit_with_a_clear_error_instead_of_a_hang(tmp_path):
+    """A worker whose process alone is above distributed's pause threshold never runs a
+    task: the fit, a persist and an atomic write raise WorkersPausedError (and cancel
+    their tasks) after ``dqkm.paused-timeout`` instead of waiting forever."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    from dqkm.exceptions import DqkmError, WorkersPausedError
+
+    X = da.from_array(np.random.default_rng(0).random((2000, 4)), chunks=500)
+    # an in-process worker measures this test process (hundreds of MiB) against 64 MiB
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      memory_limit="64MiB", dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        deadline = time.monotonic() + 30
+        while not all(w["status"] == "paused"
+                      for w in client.scheduler_info(n_workers=-1)["workers"].values()):
+            assert time.monotonic() < deadline, "the worker did not pause"
+            time.sleep(0.1)
+        with dask.config.set({"dqkm.paused-timeout": 1}):
+            with pytest.raises(WorkersPausedError, match=r"(?s)every worker .* paused for "
+                               r"\d+ s.*memory_limit 64 MiB.*dqkm\.paused-timeout"):
+                dqkm.KMeans(3, max_iter=2, random_state=0, persist=False).fit(X)
+            with pytest.raises(WorkersPausedError):
+                dqkm.KMeans(3, max_iter=2, random_state=0, persist=True).fit(X)
+            with pytest.raises(WorkersPausedError):
+                dqkm.io.save_array(X, tmp_path / "x.zarr")
+        assert isinstance(WorkersPausedError("x"), (DqkmError, MemoryError))
+        assert not client.processing() or not any(client.processing().values())
+    assert not (tmp_path / "x.zarr").exists()
