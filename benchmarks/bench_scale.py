@@ -43,7 +43,10 @@ K = 16
 
 NOTES = ('Seconds per iteration and peak worker RSS at 1×, 2× and 4× a base size read from '
          'Zarr (`persist=False`: every pass re-reads the store) on a LocalCluster of 2 workers '
-         '× 1 thread; a fit whose tasks cannot fit is refused with the memory it needs.')
+         '× 1 thread; a fit whose tasks cannot fit is refused with the memory it needs. The '
+         'estimators run one after the other on the same workers: "RSS at start" is what a '
+         'worker process held before the fit (libraries, loaded kernels and what earlier fits '
+         'left), "results held" the Dask results it kept in memory then.')
 
 
 def estimators(iters):
@@ -68,8 +71,18 @@ def _rss():
     return psutil.Process().memory_info().rss
 
 
+def _start_memory(client):
+    """The largest worker RSS and the largest held (managed) result bytes, in MiB,
+    before a fit: what the worker kept from the previous ones."""
+    rss = max(client.run(_rss).values(), default=0)
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    held = max((w["metrics"].get("managed_bytes", 0) for w in workers), default=0)
+    return rss / 2**20, held / 2**20
+
+
 def measure(client, make, X, store):
     pids = client.run(os.getpid)
+    start = _start_memory(client)
     peaks, stop = {}, threading.Event()
 
     def poll():
@@ -106,7 +119,7 @@ def measure(client, make, X, store):
     else:
         per_iter = wall
     restarted = client.run(os.getpid) != pids
-    return per_iter, max(peaks.values(), default=0) / 2**20, restarted, note
+    return per_iter, max(peaks.values(), default=0) / 2**20, restarted, note, start
 
 
 def main():
@@ -147,12 +160,14 @@ def _run(args):
                 X, _ = datasets.make_blobs(n, D, K, random_state=0, path=path)
                 os.sync()
                 for name, make in estimators(args.iters).items():
-                    per_iter, peak, restarted, note = measure(client, make, X,
-                                                              f"{tmp}/index.zarr")
-                    rows.append((name, n, X.nbytes / 2**20, per_iter, peak, restarted, note))
+                    per_iter, peak, restarted, note, start = measure(
+                        client, make, X, f"{tmp}/index.zarr")
+                    rows.append((name, n, X.nbytes / 2**20, per_iter, start, peak, restarted,
+                                 note))
                     print(f"{name:22s} N={n:>11,} {X.nbytes / 2**20:7.0f} MiB: "
-                          f"{per_iter:8.3f} s/it, peak RSS {peak:5.0f} MiB, restarted "
-                          f"{restarted} {note}", flush=True)
+                          f"{per_iter:8.3f} s/it, RSS at start {start[0]:5.0f} MiB (held "
+                          f"{start[1]:.0f}), peak {peak:5.0f} MiB, restarted {restarted} {note}",
+                          flush=True)
                 shutil.rmtree(path)
                 # the page after every size: a run stopped early keeps what it measured
                 text = _table(args, total, load, rows, done=sizes.index(n) + 1)
@@ -171,11 +186,12 @@ def _table(args, total, load, rows, *, done):
              + ("" if done == 3 else f" Sizes measured so far: {done} of 3 (the run goes on "
                                      "or was stopped)."), "",
              "| estimator | N | data (MiB) | × workers' memory | s / iteration | "
+             "worker RSS at start (MiB) | results held at start (MiB) | "
              "peak worker RSS (MiB) | worker restarted | refused / failed |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, n, mb, pi, pk, rs, note in rows:
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, n, mb, pi, (rs0, held), pk, rs, note in rows:
         table.append(f"| {name} | {n:,} | {mb:.0f} | {mb * 2**20 / total:.1f} | {pi:.3f} | "
-                     f"{pk:.0f} | {rs} | {note.replace('|', '/')} |")
+                     f"{rs0:.0f} | {held:.0f} | {pk:.0f} | {rs} | {note.replace('|', '/')} |")
     return "\n".join(table)
 
 
