@@ -161,7 +161,9 @@ class KMeans(CenterInference, DqkmClusterer):
     n_init : 'auto' or int, default='auto'
         Number of initialisations; the run with the lowest inertia is kept.
         'auto' is 1, or 10 for ``init='random'`` or a callable
-        (scikit-learn's rule).
+        (scikit-learn's rule).  An init array runs once: every run would
+        start from it (an integer other than 1 gets scikit-learn's
+        RuntimeWarning, 'auto' none).
     max_iter : int, default=300
     tol : float, default=1e-4
         Relative tolerance (scikit-learn's meaning): stop when the sum of
@@ -393,6 +395,16 @@ class KMeans(CenterInference, DqkmClusterer):
         Returns
         -------
         self
+
+        Warns
+        -----
+        ConvergenceWarning
+            When fewer than ``n_clusters`` clusters hold points at the end (X
+            has fewer distinct points, or a cluster lost its points and kept its
+            center), in scikit-learn's words; counted from the last iteration's
+            ``empty_clusters``.
+        RuntimeWarning
+            An init array with an integer ``n_init`` other than 1 (one run is made).
         """
         return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
                          sample_weight=sample_weight)

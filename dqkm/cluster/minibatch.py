@@ -81,6 +81,8 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
     n_init : 'auto' or int, default='auto'
         Initialisations tried (on ``init_size`` rows; the best by inertia on
         another sample is kept); 'auto' is 3 for ``init='random'``, else 1.
+        An init array is used once (an integer other than 1 gets
+        scikit-learn's RuntimeWarning, 'auto' none).
     reassignment_ratio : float, default=0.01
         Centers that have seen less than this fraction of the heaviest
         center's weight are moved to random batch rows.
