@@ -321,7 +321,7 @@ def test_init_shape_error_in_scikit_learns_words_names_expected_and_received(Est
         Estimator(3, init=init(_SMALL), n_init=1).fit(_SMALL)
 
 
-def test_fewer_distinct_points_than_clusters_warns_once_from_the_history():
+def test_fewer_distinct_points_than_clusters_warns_in_scikit_learns_words():
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
