@@ -73,6 +73,18 @@ def _progress(args, *, fit_reporter=False):
     return progress(not quiet)
 
 
+@contextlib.contextmanager
+def _no_sklearn_lines():
+    """No scikit-learn progress lines on stdout during a fit: stdout holds the summary."""
+    from .progress import SKLEARN_LINES
+
+    old, SKLEARN_LINES["enabled"] = SKLEARN_LINES["enabled"], False
+    try:
+        yield
+    finally:
+        SKLEARN_LINES["enabled"] = old
+
+
 def _fit_verbose(model, args):
     """Set ``verbose`` on an estimator that has it (one view of the fit: 1, plus Dask's
     per-pass bars: 2, none: 0); returns whether it has it."""
@@ -131,7 +143,7 @@ def cmd_fit(args):
     except TypeError as e:
         raise CLIError(f"bad parameter for {cls.__name__}: {e}") from None
     reports = _fit_verbose(model, args)
-    with _scheduler(args), _progress(args, fit_reporter=reports):
+    with _scheduler(args), _progress(args, fit_reporter=reports), _no_sklearn_lines():
         X = _read_data(args)
         t0 = time.perf_counter()
         fit_kw = {}

@@ -17,6 +17,13 @@ feeds it every iteration's history record. What the reporter shows depends on
 - ``2``: as ``1``, plus Dask's own progress bar for every pass over the data
   (:func:`dqkm.parallel.engine.progress`).
 
+At ``verbose >= 1`` every view also prints scikit-learn's lines on stdout, as
+scikit-learn's KMeans does: ``Initialization complete``, ``Iteration N,
+inertia X`` and ``Converged at iteration N: strict convergence.`` (nothing
+moved) or ``...: center shift S within tolerance T.``, or the record's own
+``stop_reason`` sentence (e.g. MiniBatchKMeans's early stops); ``SKLEARN_LINES``
+turns them off (the command line does: its stdout holds its summary).
+
 Logging: dqkm logs through the ``dqkm`` logger and adds no handler of its own.
 One line shows its records (each iteration at DEBUG, milestones at INFO)::
 
@@ -29,6 +36,7 @@ Interface used by the driver (stable; every view implements it):
 ``make_reporter(verbose, *, name, max_iter, n_init=1)`` returns an object with
 
 - ``start_run(run, n_runs)`` before a run's first iteration (``run`` from 0),
+- ``initialized()`` once a fresh run has its initial state,
 - ``update(record, tol_abs=None)`` after every iteration (``record`` is the
   ``history_`` entry: ``iteration``, ``objective``, ``shift``, ``seconds``, ...;
   ``tol_abs`` the absolute shift tolerance once known),
@@ -43,7 +51,7 @@ import sys
 
 logger = logging.getLogger("dqkm")
 
-__all__ = ["DASK_BARS", "make_reporter", "LineReporter", "LiveLineReporter", "NullReporter",
+__all__ = ["DASK_BARS", "SKLEARN_LINES", "make_reporter", "LineReporter", "LiveLineReporter", "NullReporter",
            "WidgetReporter", "in_jupyter", "log_to_stderr", "show_dask_progress"]
 
 
@@ -51,6 +59,22 @@ __all__ = ["DASK_BARS", "make_reporter", "LineReporter", "LiveLineReporter", "Nu
 #: :func:`dqkm.parallel.engine.progress` and by a ``verbose=2`` reporter, read by
 #: the passes (this module is below :mod:`dqkm.parallel` and imports nothing of it).
 DASK_BARS = {"enabled": False}
+
+#: Whether a reporter made by :func:`make_reporter` at ``verbose >= 1`` prints
+#: scikit-learn's lines on stdout (see the module docstring).
+SKLEARN_LINES = {"enabled": True}
+
+
+def _converged_line(n_iter, record, tol_abs):
+    """scikit-learn's line for a converged run: the record's own ``stop_reason``
+    when it has one (an algorithm's sentence; empty: no line), else strict
+    convergence (nothing moved) or the center shift within the tolerance."""
+    if "stop_reason" in record:
+        return record["stop_reason"] and f"{record['stop_reason']}."
+    shift = _num(record, "shift")
+    if shift == 0 or record.get("n_changed") == 0 or tol_abs is None:
+        return f"Converged at iteration {n_iter}: strict convergence."
+    return f"Converged at iteration {n_iter}: center shift {shift:e} within tolerance {tol_abs:e}."
 
 
 def _check_verbose(verbose):
@@ -185,7 +209,7 @@ class NullReporter:
     """Shows nothing; sends each record to the ``dqkm`` logger at DEBUG level.
 
     The base of every reporter: its methods are the interface the fit driver
-    calls (``start_run``, ``update``, ``end_run``, ``close``), and
+    calls (``start_run``, ``initialized``, ``update``, ``end_run``, ``close``), and
     :meth:`status` and :meth:`summary` the text the other views show.
 
     Parameters
@@ -196,6 +220,10 @@ class NullReporter:
         Iterations per run at most (the ``k/max_iter`` and the ETA bound).
     n_init : int, default=1
         Runs of the fit.
+    lines : file-like, optional
+        Where scikit-learn's lines go (``Initialization complete``,
+        ``Iteration N, inertia X``, ``Converged at iteration N: ...``); None:
+        not written.
 
     Examples
     --------
@@ -206,8 +234,10 @@ class NullReporter:
     >>> reporter.close()
     """
 
-    def __init__(self, name="fit", max_iter=None, n_init=1):
+    def __init__(self, name="fit", max_iter=None, n_init=1, lines=None):
         self.name, self.max_iter, self.n_init = name, max_iter, n_init
+        self.lines = lines  # where scikit-learn's lines go (None: nowhere)
+        self._last = ({}, None)  # the last record and tol_abs
         self.run = 0
         self._seconds = []
         self._dask_bars = contextlib.ExitStack()
@@ -233,6 +263,25 @@ class NullReporter:
         self.run = run
         self._seconds = []
 
+    def initialized(self):
+        """A fresh run has its initial state: scikit-learn's ``Initialization complete``.
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> import sys
+        >>> NullReporter("KMeans", lines=sys.stdout).initialized()
+        Initialization complete
+        """
+        self._sklearn_line("Initialization complete")
+
+    def _sklearn_line(self, text):
+        if self.lines is not None:
+            print(text, file=self.lines, flush=True)
+
     def update(self, record, tol_abs=None):
         """Report one iteration.
 
@@ -256,6 +305,9 @@ class NullReporter:
         KMeans iteration 1/10: objective 12.5, shift 0.25, 0.50s/it, ETA ≤ 4.5s (10% of max_iter)
         """
         self._seconds.append(_num(record, "seconds"))
+        self._last = (record, tol_abs)
+        self._sklearn_line(f"Iteration {record.get('iteration')}, inertia "
+                           f"{_num(record, 'objective')}")
         logger.debug("%s run %d iteration %s: objective %s, shift %s", self.name, self.run + 1,
                      record.get("iteration"), record.get("objective"), record.get("shift"))
 
@@ -283,6 +335,9 @@ class NullReporter:
         """
         logger.info("%s run %d: %s after %s iterations, objective %s", self.name, self.run + 1,
                     "converged" if converged else "stopped at max_iter", n_iter, objective)
+        line = converged and _converged_line(n_iter, *self._last)
+        if line:
+            self._sklearn_line(line)
 
     def close(self):
         """End the view at the end of fit (also on errors); turns Dask's bars off again.
@@ -388,7 +443,7 @@ class LineReporter(NullReporter):
 
     Parameters
     ----------
-    name, max_iter, n_init
+    name, max_iter, n_init, lines
         As in :class:`NullReporter`.
     stream : file-like, optional
         Where the lines go (default ``sys.stderr``).
@@ -403,8 +458,8 @@ class LineReporter(NullReporter):
     KMeans: converged after 1 iterations, objective 12.5
     """
 
-    def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
-        super().__init__(name, max_iter, n_init)
+    def __init__(self, name="fit", max_iter=None, n_init=1, stream=None, lines=None):
+        super().__init__(name, max_iter, n_init, lines)
         self.stream = stream if stream is not None else sys.stderr
 
     def _print(self, text):
@@ -427,7 +482,7 @@ class LiveLineReporter(LineReporter):
 
     Parameters
     ----------
-    name, max_iter, n_init, stream
+    name, max_iter, n_init, stream, lines
         As in :class:`LineReporter`.
 
     Examples
@@ -441,10 +496,17 @@ class LiveLineReporter(LineReporter):
     'KMeans: converged after 1 iterations, objective 12.5'
     """
 
-    def __init__(self, name="fit", max_iter=None, n_init=1, stream=None):
-        super().__init__(name, max_iter, n_init, stream)
+    def __init__(self, name="fit", max_iter=None, n_init=1, stream=None, lines=None):
+        super().__init__(name, max_iter, n_init, stream, lines)
         self._width = 0
         self._open = False
+
+    def _sklearn_line(self, text):
+        if self.lines is not None and self._open:  # clear the live line, redrawn next
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._open, self._width = False, 0
+        super()._sklearn_line(text)
 
     def update(self, record, tol_abs=None):
         NullReporter.update(self, record, tol_abs)
@@ -478,7 +540,7 @@ class WidgetReporter(NullReporter):
 
     Parameters
     ----------
-    name, max_iter, n_init
+    name, max_iter, n_init, lines
         As in :class:`NullReporter`.
     display : bool, default=True
         Show the widget now (in the notebook's output).
@@ -494,8 +556,8 @@ class WidgetReporter(NullReporter):
     'success'
     """
 
-    def __init__(self, name="fit", max_iter=None, n_init=1, display=True):
-        super().__init__(name, max_iter, n_init)
+    def __init__(self, name="fit", max_iter=None, n_init=1, display=True, lines=None):
+        super().__init__(name, max_iter, n_init, lines)
         import ipywidgets as w
 
         self.bar = w.IntProgress(value=0, min=0, max=max(int(max_iter or 1), 1),
@@ -551,7 +613,8 @@ def make_reporter(verbose, *, name, max_iter=None, n_init=1):
         A :class:`WidgetReporter` in Jupyter with ``ipywidgets``, a
         :class:`LiveLineReporter` when stderr is a terminal, a
         :class:`LineReporter` otherwise, a :class:`NullReporter` at
-        ``verbose=0``.
+        ``verbose=0``; at ``verbose >= 1`` it also prints scikit-learn's
+        lines on ``sys.stdout`` while ``SKLEARN_LINES["enabled"]``.
 
     Examples
     --------
@@ -561,10 +624,11 @@ def make_reporter(verbose, *, name, max_iter=None, n_init=1):
     verbose = _check_verbose(verbose)
     if verbose == 0:
         return NullReporter(name, max_iter, n_init)
+    lines = sys.stdout if SKLEARN_LINES["enabled"] else None
     if in_jupyter() and _widgets() is not None:
-        reporter = WidgetReporter(name, max_iter, n_init)
+        reporter = WidgetReporter(name, max_iter, n_init, lines=lines)
     elif _is_terminal(sys.stderr):
-        reporter = LiveLineReporter(name, max_iter, n_init)
+        reporter = LiveLineReporter(name, max_iter, n_init, lines=lines)
     else:
-        reporter = LineReporter(name, max_iter, n_init)
+        reporter = LineReporter(name, max_iter, n_init, lines=lines)
     return reporter.with_dask_bars() if verbose >= 2 else reporter

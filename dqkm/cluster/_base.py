@@ -3,6 +3,8 @@ NumPy-in/NumPy-out convention, and the state used by ``dqkm.save``/``dqkm.load``
 
 from __future__ import annotations
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
@@ -233,12 +235,29 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
 
     @staticmethod
     def _check_init_array(init, n_clusters, n_features, owner):
+        """``init`` as a float array of shape (n_clusters, n_features), or a
+        ``ValueError`` in scikit-learn's words that also names the expected shape."""
         arr = check_array(init, dtype=[np.float64, np.float32], input_name="init")
         if arr.shape != (n_clusters, n_features):
-            raise ValueError(f"The 'init' array of {owner} must have shape (n_clusters, "
-                             f"n_features) = ({n_clusters}, {n_features}). Got {arr.shape} "
-                             "instead.")
+            what = (f"the number of clusters {n_clusters}" if arr.shape[0] != n_clusters
+                    else f"the number of features of the data {n_features}")
+            raise ValueError(f"The shape of the initial centers {arr.shape} does not match "
+                             f"{what}: the 'init' array of {owner} must have shape "
+                             f"(n_clusters, n_features) = ({n_clusters}, {n_features}). Got "
+                             f"{arr.shape} instead; pass one row per cluster with X's "
+                             "columns, or set n_clusters to the number of rows of init.")
         return arr
+
+    @staticmethod
+    def _warn_explicit_init(init, n_init, owner, stacklevel=5):
+        """scikit-learn's RuntimeWarning when an explicit init array comes with an
+        integer ``n_init`` other than 1: the fit runs once (every run would start
+        from the same centers)."""
+        explicit = not isinstance(init, str) and not callable(init)
+        if explicit and n_init != "auto" and n_init != 1:
+            warnings.warn("Explicit initial center position passed: performing only one "
+                          f"init in {owner} instead of n_init={n_init}.", RuntimeWarning,
+                          stacklevel=stacklevel)
 
     @staticmethod
     def _output(result: da.Array, lazy: bool):

@@ -332,6 +332,7 @@ class _Fit:
                                            meta["history"], meta["tol_abs"])
                 else:
                     state = self.algo.init_state(self.X, rng)
+                    self.reporter.initialized()
                     res = self.iterate(run, state, rng)
                 value = float(self.algo.finalize(self.X, res))
             except SchedulerLostError as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
 from numbers import Integral, Real
@@ -9,6 +10,7 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 from sklearn.cluster import kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -66,14 +68,14 @@ class LloydAlgorithm(IterativeAlgorithm):
         self._passes = None  # the bound-pruned passes and their per-row state
 
     def identity(self, X):
-        """Every constructor parameter but ``persist``, ``verbose`` and ``algorithm``
-        (it does not change the result: the bounds are rebuilt on resume), X's
+        """Every constructor parameter but ``persist``, ``verbose``, ``copy_x`` and
+        ``algorithm`` (they do not change the result: the bounds are rebuilt on resume), X's
         shape, dtype, row chunks and fingerprint (one pass over X), and the
         weights' fingerprint when the fit has weights."""
         extra = {}
         if self.sample_weight is not None:
             extra["sample_weight"] = data_fingerprint(self.sample_weight[:, None])
-        return identity_from_params(self.estimator, X, ignored=("algorithm",),
+        return identity_from_params(self.estimator, X, ignored=("algorithm", "copy_x"),
                                     fingerprint=data_fingerprint(X, split_every=self.split_every),
                                     **extra)
 
@@ -159,7 +161,9 @@ class KMeans(CenterInference, DqkmClusterer):
     n_init : 'auto' or int, default='auto'
         Number of initialisations; the run with the lowest inertia is kept.
         'auto' is 1, or 10 for ``init='random'`` or a callable
-        (scikit-learn's rule).
+        (scikit-learn's rule).  An init array runs once: every run would
+        start from it (an integer other than 1 gets scikit-learn's
+        RuntimeWarning, 'auto' none).
     max_iter : int, default=300
     tol : float, default=1e-4
         Relative tolerance (scikit-learn's meaning): stop when the sum of
@@ -199,8 +203,14 @@ class KMeans(CenterInference, DqkmClusterer):
         k-means‖ only: number of sampling rounds (None: 5, as Bahmani et al.).
     verbose : int, default=0
         0: silent; 1: one line per iteration (iteration, objective, shift
-        against the tolerance, seconds) on stderr; 2: also Dask's progress
-        bar for every pass (see :mod:`dqkm.progress`).
+        against the tolerance, seconds) on stderr, and scikit-learn's lines
+        on stdout ("Initialization complete", "Iteration N, inertia X",
+        "Converged at iteration N: ..."); 2: also Dask's progress bar for
+        every pass (see :mod:`dqkm.progress`).
+    copy_x : bool, default=True
+        scikit-learn's parameter, accepted for compatibility: dqkm never
+        modifies X (it neither centers X in place nor writes to it), so
+        ``copy_x=False`` and ``True`` give the same fit and leave X as given.
 
     Attributes
     ----------
@@ -247,13 +257,23 @@ class KMeans(CenterInference, DqkmClusterer):
         "oversampling_factor": [Interval(Real, 0, None, closed="left")],
         "init_max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "verbose": VERBOSE,
+        "copy_x": ["boolean"],
     }
 
     _accept_sparse = True
 
+    def __init_subclass__(cls, **kwargs):
+        """A subclass whose constructor does not take ``copy_x`` (QKMeans,
+        KMeansL1) drops it from the parameter table it copied from KMeans."""
+        super().__init_subclass__(**kwargs)
+        table = cls.__dict__.get("_parameter_constraints")
+        if table is not None and "copy_x" in table and \
+                "copy_x" not in inspect.signature(cls.__init__).parameters:
+            cls._parameter_constraints = {k: v for k, v in table.items() if k != "copy_x"}
+
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, algorithm="lloyd", random_state=None, persist="auto", split_every=None,
-                 oversampling_factor=2.0, init_max_iter=None, verbose=0):
+                 oversampling_factor=2.0, init_max_iter=None, verbose=0, copy_x=True):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -266,6 +286,7 @@ class KMeans(CenterInference, DqkmClusterer):
         self.oversampling_factor = oversampling_factor
         self.init_max_iter = init_max_iter
         self.verbose = verbose
+        self.copy_x = copy_x
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples):
@@ -275,7 +296,8 @@ class KMeans(CenterInference, DqkmClusterer):
             random = isinstance(self.init, str) and self.init == "random"
             return 10 if random or callable(self.init) else 1
         if not isinstance(self.init, str) and not callable(self.init):
-            return 1  # scikit-learn warns and runs once with an explicit init
+            self._warn_explicit_init(self.init, self.n_init, type(self).__name__)
+            return 1  # every run would start from the same centers
         return self.n_init
 
     # ---------------------------------------------------------------- fitting
@@ -373,6 +395,16 @@ class KMeans(CenterInference, DqkmClusterer):
         Returns
         -------
         self
+
+        Warns
+        -----
+        ConvergenceWarning
+            When fewer than ``n_clusters`` clusters hold points at the end (X
+            has fewer distinct points, or a cluster lost its points and kept its
+            center), in scikit-learn's words; counted from the last iteration's
+            ``empty_clusters``.
+        RuntimeWarning
+            An init array with an integer ``n_init`` other than 1 (one run is made).
         """
         return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
                          sample_weight=sample_weight)
@@ -407,7 +439,23 @@ class KMeans(CenterInference, DqkmClusterer):
                       resume=resume, inputs=X if inputs is None else inputs)
         self._set_fitted(Xd, lazy, fit.value, fit.result)
         release_persisted(self, persisted)
+        self._warn_few_clusters(fit.result.history)
         return self
+
+    def _warn_few_clusters(self, history):
+        """scikit-learn's ConvergenceWarning when fewer clusters than ``n_clusters``
+        hold points, counted from the last iteration's ``empty_clusters`` (what
+        the fit already knows: no pass over X).  Those are the final labels'
+        empty clusters when the last iteration moved no center (e.g. X has
+        fewer distinct points than ``n_clusters``)."""
+        if not history or "empty_clusters" not in history[-1]:
+            return
+        distinct = self.n_clusters - len(history[-1]["empty_clusters"] or ())
+        if distinct < self.n_clusters:
+            warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
+                          f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
+                          "in X, or a cluster that lost its points (an empty cluster keeps "
+                          "its previous center).", ConvergenceWarning, stacklevel=4)
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.
     def _check_extra_params(self, n_features):

@@ -58,8 +58,13 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
     max_iter : int, default=100
         Maximum number of epochs (passes over X).
     batch_size : int, default=1024
+        Rows per step; X's number of rows when it has fewer (as scikit-learn).
     verbose : int, default=0
-        1: one line per epoch (see :mod:`dqkm.progress`).
+        1: one line per epoch on stderr, and scikit-learn's lines on stdout
+        (``Iteration N, inertia X`` per epoch, ``Converged (small centers
+        change) at step S`` or ``Converged (lack of improvement in inertia)
+        at step S`` on an early stop, also kept as the last ``history_``
+        record's ``stop_reason``); see :mod:`dqkm.progress`.
     compute_labels : bool, default=True
         Compute ``labels_`` and ``inertia_`` with one full pass after fit.
     random_state : int, RandomState instance or None
@@ -76,6 +81,8 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
     n_init : 'auto' or int, default='auto'
         Initialisations tried (on ``init_size`` rows; the best by inertia on
         another sample is kept); 'auto' is 3 for ``init='random'``, else 1.
+        An init array is used once (an integer other than 1 gets
+        scikit-learn's RuntimeWarning, 'auto' none).
     reassignment_ratio : float, default=0.01
         Centers that have seen less than this fraction of the heaviest
         center's weight are moved to random batch rows.
@@ -139,6 +146,7 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         """The data-dependent checks (after :func:`validate_params`); the number of
         initialisations tried."""
         check_n_samples(n_samples, self.n_clusters)
+        self._batch_size = min(self.batch_size, n_samples)  # scikit-learn's cap
         if not isinstance(self.init, str) and not callable(self.init):
             check_value("init", self.init, ["array-like"], type(self).__name__)
         if self.init_size is not None and self.init_size < self.n_clusters:
@@ -150,6 +158,7 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         else:
             n_init = self.n_init
         array = not isinstance(self.init, str) and not callable(self.init)
+        self._warn_explicit_init(self.init, self.n_init, type(self).__name__)
         self._n_init = 1 if array else n_init
         return self._n_init
 
@@ -189,7 +198,7 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         n = Xd.shape[0]
         size = self.init_size
         if size is None:
-            size = 3 * self.batch_size
+            size = 3 * self._batch_size
             if size < self.n_clusters:
                 size = 3 * self.n_clusters
         elif size < self.n_clusters:
@@ -238,11 +247,11 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         self.cluster_centers_ = state.centers.astype(Xd.dtype)
         self._counts = state.weight_sums
         self.n_steps_ = state.steps
-        self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
+        self.n_iter_ = int(np.ceil(state.steps * self._batch_size / n))
         if self.compute_labels:
             self._set_labels(Xd, lazy, w)
         else:
-            self.inertia_ = float(state.ewa) * self.batch_size if state.ewa is not None \
+            self.inertia_ = float(state.ewa) * self._batch_size if state.ewa is not None \
                 else np.nan
         return self
 
@@ -272,7 +281,7 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         start = state.centers.copy()
         order = rng.permutation(Xd.numblocks[0])
         carry_x, carry_w = None, None
-        b = self.batch_size
+        b = self._batch_size
         for _, block, wb in iter_blocks(Xd, order, weights=w):
             perm = rng.permutation(block.shape[0])
             block, wb = block[perm], wb[perm]
@@ -293,9 +302,11 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
                 and state.steps < n_steps:
             self._step(carry_x, carry_w, state, rng, n, tol_abs)
         shift = float(((state.centers - start) ** 2).sum())
+        # scikit-learn's line for the progress reporter ("": all steps made, no line)
+        reason = state.converged if isinstance(state.converged, str) else ""
         return {"objective": float(state.ewa) if state.ewa is not None else float("nan"),
-                "shift": shift, "steps": state.steps, "converged": state.converged,
-                "seconds": time.perf_counter() - t0}
+                "shift": shift, "steps": state.steps, "converged": bool(state.converged),
+                "stop_reason": reason, "seconds": time.perf_counter() - t0}
 
     def _step(self, Xb, wb, state, rng, n, tol_abs):
         state.since_reassign += Xb.shape[0]
@@ -322,8 +333,7 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
             alpha = min(1.0, batch * 2.0 / (n + 1))
             state.ewa = state.ewa * (1 - alpha) + batch_inertia * alpha
         if self.tol > 0 and float(((state.centers - old) ** 2).sum()) <= tol_abs:
-            state.converged = True
-            self._say(f"Converged (small centers change) at step {state.steps}")
+            state.converged = f"Converged (small centers change) at step {state.steps}"
             return
         if state.ewa_min is None or state.ewa < state.ewa_min:
             state.no_improvement, state.ewa_min = 0, state.ewa
@@ -331,12 +341,8 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
             state.no_improvement += 1
         if self.max_no_improvement is not None and \
                 state.no_improvement >= self.max_no_improvement:
-            state.converged = True
-            self._say(f"Converged (lack of improvement in inertia) at step {state.steps}")
-
-    def _say(self, text):
-        if self.verbose:
-            print(f"{type(self).__name__}: {text}", flush=True)
+            state.converged = ("Converged (lack of improvement in inertia) at step "
+                               f"{state.steps}")
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """One mini-batch step with the rows of X (initialising on the first call).
@@ -434,7 +440,7 @@ class _MiniBatchAlgorithm(IterativeAlgorithm):
         self.est, self.weights, self.n, self.n_init = estimator, weights, n_samples, n_init
         self.name = type(estimator).__name__
         self.max_iter, self.tol, self._tol_abs = estimator.max_iter, estimator.tol, tol_abs
-        self.n_steps = max(1, (estimator.max_iter * n_samples) // estimator.batch_size)
+        self.n_steps = max(1, (estimator.max_iter * n_samples) // estimator._batch_size)
         self.rng = None
 
     def identity(self, X):

@@ -245,10 +245,10 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         """
         Xd, lazy, w, state = self._run_epochs(X, sample_weight, callback, checkpoint, resume)
         n = Xd.shape[0]
-        self.n_iter_ = int(np.ceil(state.steps * self.batch_size / n))
+        self.n_iter_ = int(np.ceil(state.steps * self._batch_size / n))
         self._publish(state, Xd, lazy, None if sample_weight is None else w)
         if not self.compute_labels:
-            self.inertia_ = float(state.ewa) * self.batch_size if state.ewa is not None \
+            self.inertia_ = float(state.ewa) * self._batch_size if state.ewa is not None \
                 else np.nan
         return self
 

@@ -273,6 +273,18 @@ def min_sq_distances(X, centers):
     return map_rows_at(X, _mind_block, centers, dtype=np.float64, name="min-sq-dist")
 
 
+def _exact_where_cancelled(d2, x, c):
+    """Recompute ‖x − c‖² directly where the expanded form lost its digits to
+    cancellation (x within 1e-3 relative distance of c): a row equal to a
+    center gets exactly 0 instead of a rounding residue."""
+    x_norms = csr_row_norms(x) if sp.issparse(x) else np.einsum("ij,ij->i", x, x)
+    scale = x_norms[:, None] + np.einsum("ij,ij->i", c, c)[None, :]
+    rows, cols = np.nonzero(d2 <= 1e-6 * scale)
+    if rows.size:
+        xr = x[rows].toarray() if sp.issparse(x) else x[rows]
+        d2[rows, cols] = np.einsum("ij,ij->i", xr - c[cols], xr - c[cols])
+
+
 def _distances_block(block, centers, offset):
     # ‖x‖² − 2x·c + ‖c‖² in float64 (as scikit-learn's euclidean_distances upcasts
     # float32), without its input check: NaN/inf and overflow are reported here
@@ -285,6 +297,7 @@ def _distances_block(block, centers, offset):
             x = np.asarray(block, dtype=np.float64)
             d2 = np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ c.T)
         d2 += np.einsum("ij,ij->i", c, c)[None, :]
+        _exact_where_cancelled(d2, x, c)
         out = np.sqrt(np.maximum(d2, 0.0, out=d2), out=d2).astype(block.dtype, copy=False)
     if not np.isfinite(out).all():
         raise_bad(describe_bad(block, offset, out, centers))

@@ -230,3 +230,125 @@ def test_predict_errors():
         km.predict(X[:, :2])
     with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3 features"):
         km.predict(da.from_array(X[:, :2]))
+
+
+# ------------------------------------------------ scikit-learn's API: words and warnings
+_SMALL = make_blobs(300, 2, centers=3, cluster_std=0.5, random_state=0)[0]
+
+
+@pytest.mark.parametrize("Estimator", [dqkm.KMeans, dqkm.KMeansL1, dqkm.MiniBatchKMeans])
+def test_verbose_prints_scikit_learns_lines_on_stdout_for_every_estimator(Estimator, capsys):
+    """verbose=1: the progress reporter prints scikit-learn's lines on stdout (the
+    inertia of every iteration is the history's objective) beside dqkm's view."""
+    kw = {"max_no_improvement": None} if Estimator is dqkm.MiniBatchKMeans else {}
+    km = Estimator(3, random_state=0, max_iter=3, verbose=1, **kw).fit(_SMALL)
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0] == "Initialization complete"
+    shown = [ln for ln in lines if ln.startswith("Iteration ")]
+    assert shown == [f"Iteration {h['iteration']}, inertia {float(h['objective'])}"
+                     for h in km.history_]
+    assert f"{Estimator.__name__} iteration 1/3" in err  # dqkm's own view, on stderr
+
+
+@pytest.mark.parametrize("tol, expected", [
+    (0, r"Converged at iteration \d+: strict convergence\."),
+    (1e-2, r"Converged at iteration \d+: center shift \S+ within tolerance \S+\."),
+])
+def test_verbose_says_why_the_fit_converged(tol, expected, capsys):
+    import re
+
+    X = np.random.RandomState(0).normal(size=(2000, 10))  # slow to settle: tol stops it
+    km = dqkm.KMeans(3, init="random", n_init=1, random_state=0, tol=tol, verbose=1).fit(X)
+    out = capsys.readouterr().out
+    assert re.search(expected, out)
+    assert f"Converged at iteration {km.n_iter_}:" in out
+
+
+def test_scikit_learn_lines_can_be_turned_off(capsys, monkeypatch):
+    from dqkm import progress
+
+    monkeypatch.setitem(progress.SKLEARN_LINES, "enabled", False)
+    dqkm.KMeans(3, random_state=0, max_iter=2, verbose=1).fit(_SMALL)
+    out, err = capsys.readouterr()
+    assert out == "" and "KMeans iteration 1/2" in err
+
+
+@pytest.mark.parametrize("copy_x", [True, False])
+def test_copy_x_is_accepted_and_x_is_never_modified(copy_x):
+    X = _SMALL.copy()
+    km = dqkm.KMeans(3, random_state=0, copy_x=copy_x).fit(X)
+    np.testing.assert_array_equal(X, _SMALL)
+    ref = dqkm.KMeans(3, random_state=0).fit(_SMALL)
+    np.testing.assert_array_equal(km.cluster_centers_, ref.cluster_centers_)
+    assert km.get_params()["copy_x"] is copy_x
+    assert "copy_x" not in dqkm.QKMeans().get_params()  # K-means only, as scikit-learn
+
+
+def test_copy_x_is_validated():
+    with pytest.raises(ValueError, match=r"copy_x"):
+        dqkm.KMeans(3, copy_x="no").fit(_SMALL)
+
+
+@pytest.mark.parametrize("Estimator", [dqkm.KMeans, dqkm.MiniBatchKMeans])
+def test_explicit_init_with_n_init_warns_and_runs_once(Estimator):
+    import warnings
+
+    init = _SMALL[:3]
+    with pytest.warns(RuntimeWarning, match=r"Explicit initial center position passed: "
+                      rf"performing only one init in {Estimator.__name__} instead of n_init=5"):
+        km = Estimator(3, init=init, n_init=5, random_state=0).fit(_SMALL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for n_init in ("auto", 1):  # the run that is made anyway: no warning
+            once = Estimator(3, init=init, n_init=n_init, random_state=0).fit(_SMALL)
+    np.testing.assert_array_equal(km.cluster_centers_, once.cluster_centers_)
+
+
+@pytest.mark.parametrize("Estimator", [dqkm.KMeans, dqkm.MiniBatchKMeans])
+@pytest.mark.parametrize("init, what", [
+    (lambda X: X[:2], r"the number of clusters 3: .*\(3, 2\)\. Got \(2, 2\)"),
+    (lambda X: np.c_[X[:3], X[:3]], r"the number of features of the data 2: .*\(3, 2\)\. Got \(3, 4\)"),
+    (lambda X: (lambda X_, k, random_state: X_[:2]), r"the number of clusters 3"),
+])
+def test_init_shape_error_in_scikit_learns_words_names_expected_and_received(Estimator, init,
+                                                                             what):
+    with pytest.raises(ValueError, match=r"The shape of the initial centers \(\d, \d\) does "
+                       rf"not match {what}"):
+        Estimator(3, init=init(_SMALL), n_init=1).fit(_SMALL)
+    with pytest.raises(ValueError, match=rf"'init' array of {Estimator.__name__} must have "
+                       r"shape \(n_clusters, n_features\) = \(3, 2\).*set n_clusters"):
+        Estimator(3, init=init(_SMALL), n_init=1).fit(_SMALL)
+
+
+def test_fewer_distinct_points_than_clusters_warns_in_scikit_learns_words():
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    X = np.array([[0, 0], [1, 1], [1, 1], [1, 0], [0, 1]], dtype=float)
+    for algorithm in ("lloyd", "elkan", "hamerly"):
+        with pytest.warns(ConvergenceWarning, match=r"Number of distinct clusters \(4\) found "
+                          r"smaller than n_clusters \(5\)\. Possibly due to duplicate points"):
+            km = dqkm.KMeans(5, init=X, algorithm=algorithm).fit(X)
+        assert km.n_iter_ == 1 and len(set(km.labels_.tolist())) == 4
+    with warnings.catch_warnings():  # every cluster holds points: no warning
+        warnings.simplefilter("error", ConvergenceWarning)
+        dqkm.KMeans(3, random_state=0).fit(_SMALL)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_transform_of_a_center_is_exactly_zero(sparse):
+    """The distance of a row equal to a center is 0, not a cancellation residue
+    of ‖x‖² − 2x·c + ‖c‖² (recomputed directly where the expanded form cancels)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(3, 10)) * 1e3 + 1e4
+    km = dqkm.KMeans(3, init=centers, max_iter=1).fit(centers)
+    X = sp.csr_matrix(km.cluster_centers_) if sparse else km.cluster_centers_
+    Xt = km.transform(X)
+    assert np.all(np.diag(Xt) == 0)
+    from sklearn.metrics import pairwise_distances
+
+    np.testing.assert_allclose(Xt, pairwise_distances(km.cluster_centers_), rtol=1e-12)

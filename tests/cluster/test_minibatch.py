@@ -186,3 +186,32 @@ def test_verbose_prints_one_line_per_epoch(digits, capsys):
                          random_state=0, verbose=1).fit(digits)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "iteration " in ln and "/3" in ln]
     assert len(lines) == 3 and "objective" in lines[0] and "shift" in lines[0]
+
+
+def test_batch_size_above_n_samples_is_capped_as_scikit_learn():
+    """batch_size > n_samples steps with all rows (scikit-learn's cap): max_iter
+    epochs are max_iter steps, and more of them lower the inertia."""
+    X = np.random.RandomState(42).randn(100, 10)
+    big = dqkm.MiniBatchKMeans(8, batch_size=1024, max_iter=10, n_init=1, random_state=42,
+                               max_no_improvement=None).fit(X)
+    exact = dqkm.MiniBatchKMeans(8, batch_size=100, max_iter=10, n_init=1, random_state=42,
+                                 max_no_improvement=None).fit(X)
+    assert big.n_steps_ == 10 and big.n_iter_ == 10
+    np.testing.assert_array_equal(big.cluster_centers_, exact.cluster_centers_)
+    one = dqkm.MiniBatchKMeans(8, max_iter=1, n_init=1, random_state=42).fit(X)
+    assert big.score(X) > one.score(X)
+
+
+@pytest.mark.parametrize("tol, max_no_improvement, reason", [
+    (1e-4, None, "Converged (small centers change) at step "),
+    (0, 3, "Converged (lack of improvement in inertia) at step "),
+])
+def test_early_stop_is_recorded_and_printed_in_scikit_learns_words(tol, max_no_improvement,
+                                                                   reason, capsys):
+    X, _, centers = make_blobs(centers=3, random_state=0, return_centers=True)
+    km = dqkm.MiniBatchKMeans(3, init=centers, batch_size=20, tol=tol, n_init=1,
+                              max_no_improvement=max_no_improvement, random_state=0,
+                              verbose=1).fit(X)
+    last = km.history_[-1]["stop_reason"]
+    assert last == f"{reason}{km.n_steps_}"
+    assert f"{last}.\n" in capsys.readouterr().out
