@@ -126,7 +126,8 @@ def build_security(security):
     Parameters
     ----------
     security : dict
-        The ``security`` section of a config from :func:`~dqkm.cluster_config.load_config`.
+        The ``security`` section of a config from
+        :func:`~dqkm.cluster_config.load_config`.
 
     Returns
     -------
@@ -168,7 +169,7 @@ def security_dask_config(security):
     Parameters
     ----------
     security : dict
-        The ``security`` section of a config from :func:`~dqkm.cluster_config.load_config`.
+        A validated ``security`` section, as for :func:`build_security`.
 
     Returns
     -------
