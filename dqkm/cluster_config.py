@@ -181,7 +181,7 @@ def check_submit_command(cfg):
     Parameters
     ----------
     cfg : dict
-        A config returned by :func:`load_config`.
+        The config to check, as :func:`load_config` returns it.
 
     Returns
     -------
