@@ -77,7 +77,7 @@ DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "d
                    "dqkm.data.csr", "dqkm.progress", "dqkm.kernels.lloyd",
                    "dqkm.kernels.sparse_factors", "dqkm.kernels.projections",
                    "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
-                   "dqkm._cluster_security",
+                   "dqkm._cluster_security", "dqkm._docstrings",
                    # ClusterClient's example starts an in-process LocalCluster
                    pytest.param("dqkm.cluster_config", marks=pytest.mark.distributed)]
 #: modules whose every public function, class and method has Parameters (when it
@@ -136,6 +136,37 @@ def test_kernels_sparse_clusters_progress_have_parameters_returns_and_examples()
                             and not isinstance(member, property):
                         gaps += _numpydoc_gaps(f"{modname}.{n}.{m}", getattr(obj, m))
     assert not gaps, "docstrings without a section:\n" + "\n".join(gaps)
+
+
+def test_shared_docstring_pieces_are_filled_in_every_estimator_method():
+    """Every ``{piece}`` line of an estimator's method docstring is replaced by its
+    text (numpydoc then sees plain sections), and an unknown piece is refused."""
+    import re
+
+    import dqkm
+    from dqkm._docstrings import PIECES, fill_doc
+
+    placeholder = re.compile(r"^\s*\{\w+\}\s*$", re.MULTILINE)
+    filled = []
+    for name in dqkm.__all__:
+        obj = getattr(dqkm, name)
+        if not inspect.isclass(obj):
+            continue
+        for m in ("fit", "predict", "transform", "score", "fit_predict"):
+            doc = inspect.getdoc(getattr(obj, m, None)) or ""
+            assert not placeholder.search(doc), f"{name}.{m} keeps a placeholder"
+            filled += [f"{name}.{m}"] if PIECES["labels"].splitlines()[0] in doc else []
+    assert {"KMeans.predict", "QKMeans.predict", "KMultipleMeans.predict",
+            "SparseEmbeddedKMeans.predict"} <= set(filled)
+
+    def method():
+        """Returns
+        -------
+        {label}
+        """
+
+    with pytest.raises(KeyError, match=r"placeholder \{label\} names no piece .*labels"):
+        fill_doc(method)
 
 
 @pytest.mark.parametrize("module", DOCTEST_MODULES)

@@ -11,6 +11,7 @@ from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluste
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._docstrings import fill_doc
 from ..data.inputs import in_memory_input, is_lazy_input, lazy_input
 from ..exceptions import DataError
 from ..parallel.data import to_dask
@@ -201,14 +202,13 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     """
 
     # ------------------------------------------------------------- validation
+    @fill_doc
     def fit_predict(self, X, y=None, **kwargs):
         """Fit on X and return the cluster of each of its rows.
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
         y : ignored
         **kwargs
             Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
@@ -269,19 +269,17 @@ class CenterInference(TransformerMixin):
         check_is_fitted(self)
         return np.asarray(self.cluster_centers_).astype(Xd.dtype)
 
+    @fill_doc
     def predict(self, X):
         """Index of the closest center of each sample.
 
         Parameters
         ----------
-        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer_sparse}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
         """
         from ..parallel.lloyd import assign
 
@@ -289,14 +287,13 @@ class CenterInference(TransformerMixin):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign(Xd, self._centers_for(Xd)), lazy)
 
+    @fill_doc
     def transform(self, X):
         """Euclidean distances to every center, shape (n_samples, n_clusters).
 
         Parameters
         ----------
-        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer_sparse}
 
         Returns
         -------
@@ -308,6 +305,7 @@ class CenterInference(TransformerMixin):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(center_distances(Xd, self._centers_for(Xd)), lazy)
 
+    @fill_doc
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the (weighted) inertia of X on the fitted centers (higher is better).
 
@@ -316,9 +314,7 @@ class CenterInference(TransformerMixin):
         Parameters
         ----------
         X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-        y : ignored
-        sample_weight : array-like or Dask array of shape (n_samples,), optional
-            Non-negative weights (checked as in ``fit``); None weighs every row 1.
+        {score_y_weights}
 
         Returns
         -------

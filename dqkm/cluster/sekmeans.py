@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from .._docstrings import fill_doc
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
@@ -293,6 +294,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         return self
 
     # ------------------------------------------------------------- inference
+    @fill_doc
     def transform(self, X):
         """The embedding ``X·Q·Φ`` (SE) or ``X·R`` (RP), shape (n_samples, n_components).
 
@@ -301,9 +303,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
@@ -315,6 +315,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             Xd = checked_rows(Xd)
         return self._output(embed(Xd, self.embedding_), lazy)
 
+    @fill_doc
     def predict(self, X):
         """Embed X, then the index of the nearest embedded center of each sample.
 
@@ -322,14 +323,11 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
