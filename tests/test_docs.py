@@ -77,12 +77,14 @@ DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "d
                    "dqkm.data.csr", "dqkm.progress", "dqkm.kernels.lloyd",
                    "dqkm.kernels.sparse_factors", "dqkm.kernels.projections",
                    "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
-                   "dqkm._cluster_security", "dqkm._docstrings",
+                   "dqkm._cluster_security", "dqkm._docstrings", "dqkm.monitor",
+                   "dqkm.data.serialize", "dqkm.data.stores",
                    # ClusterClient's example starts an in-process LocalCluster
                    pytest.param("dqkm.cluster_config", marks=pytest.mark.distributed)]
 #: modules whose every public function, class and method has Parameters (when it
 #: takes any), Returns (functions and methods) and an Examples section with a doctest
-NUMPYDOC_MODULES = ["dqkm.kernels", "dqkm.sparse", "dqkm.cluster_config", "dqkm.progress"]
+NUMPYDOC_MODULES = ["dqkm.kernels", "dqkm.sparse", "dqkm.cluster_config", "dqkm.progress",
+                    "dqkm.io", "dqkm.monitor"]
 EXAMPLE_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.metrics", "dqkm.neighbors",
                    "dqkm.kernel_approximation"]
 
