@@ -44,6 +44,21 @@ PIECES = {
     # what predict and fit_predict return
     "labels": """labels : ndarray or Dask array of shape (n_samples,), int
     Index of the cluster of each sample.""",
+    # the start of the method examples: a small fitted model of each estimator
+    "fitted_kmeans": """>>> import numpy as np, dqkm
+>>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+>>> km = dqkm.KMeans(n_clusters=2, random_state=0).fit(X)""",
+    "fitted_qkmeans": """>>> import numpy as np, dqkm
+>>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+>>> qk = dqkm.QKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2, random_state=0).fit(X)""",
+    "fitted_sekmeans": """>>> import numpy as np, dqkm
+>>> rng = np.random.default_rng(0)
+>>> X = np.vstack([rng.normal(0, 1, (20, 50)), rng.normal(6, 1, (20, 50))])
+>>> se = dqkm.SparseEmbeddedKMeans(2, n_components=8, random_state=0).fit(X)""",
+    "fitted_kmm": """>>> import dqkm
+>>> from sklearn.datasets import make_moons
+>>> X, _ = make_moons(100, noise=0.05, random_state=0)
+>>> kmm = dqkm.KMultipleMeans(2, n_prototypes=10, random_state=0).fit(X)""",
     # the arguments of score after X
     "score_y_weights": """y : ignored
 sample_weight : array-like or Dask array of shape (n_samples,), optional

@@ -78,7 +78,7 @@ DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "d
                    "dqkm.kernels.sparse_factors", "dqkm.kernels.projections",
                    "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
                    "dqkm._cluster_security", "dqkm._docstrings", "dqkm.monitor",
-                   "dqkm.data.serialize", "dqkm.data.stores",
+                   "dqkm.data.serialize", "dqkm.data.stores", "dqkm.cluster._base",
                    # ClusterClient's example starts an in-process LocalCluster
                    pytest.param("dqkm.cluster_config", marks=pytest.mark.distributed)]
 #: modules whose every public function, class and method has Parameters (when it

@@ -217,6 +217,14 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         -------
         labels : ndarray or Dask array of shape (n_samples,), int
             ``labels_`` after the fit.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> labels = dqkm.KMeans(n_clusters=2, random_state=0).fit_predict(X)
+        >>> bool(labels[0] == labels[1]), bool(labels[1] == labels[2])
+        (True, False)
         """
         return self.fit(X, **kwargs).labels_
 
@@ -280,6 +288,12 @@ class CenterInference(TransformerMixin):
         Returns
         -------
         {labels}
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> bool(km.predict([[0.5, 0.5]])[0] == km.labels_[0])
+        True
         """
         from ..parallel.lloyd import assign
 
@@ -298,6 +312,12 @@ class CenterInference(TransformerMixin):
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_clusters)
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> sorted(km.transform([[0., 0.5]])[0].round(3).tolist())  # to (0, 0.5), to (10, 10.5)
+        [0.0, 14.142]
         """
         from ..parallel.lloyd import center_distances
 
@@ -320,6 +340,12 @@ class CenterInference(TransformerMixin):
         -------
         float
             Minus the (weighted) sum of squared distances to the nearest centers.
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> km.score(X), km.score(X, sample_weight=[1, 1, 1, 3])
+        (-1.0, -1.5)
         """
         from ..parallel.lloyd import inertia
 

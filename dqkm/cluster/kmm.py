@@ -358,6 +358,12 @@ class KMultipleMeans(DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> kmm.prototypes_.shape, kmm.labels_.shape
+        ((10, 2), (100,))
         """
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
@@ -427,6 +433,12 @@ class KMultipleMeans(DqkmClusterer):
         Returns
         -------
         {labels}
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> sorted(set(kmm.predict(X).tolist()))
+        [0, 1]
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -447,6 +459,12 @@ class KMultipleMeans(DqkmClusterer):
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_prototypes)
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> kmm.transform(X[:3]).shape  # one column per prototype
+        (3, 10)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

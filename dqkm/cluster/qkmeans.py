@@ -376,6 +376,15 @@ class QKMeans(KMeans):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> rng = np.random.default_rng(0)
+        >>> X = np.vstack([rng.normal(c, 0.5, (30, 8)) for c in (0, 4, 8, 12)])
+        >>> qk = dqkm.QKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> qk.factors_.shape, len(set(qk.labels_.tolist()))
+        ((4, 8), 4)
         """
         return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
                          sample_weight=sample_weight)
@@ -442,6 +451,12 @@ class QKMeans(KMeans):
         Returns
         -------
         {labels}
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> bool((qk.predict(X) == qk.labels_).all())
+        True
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -458,6 +473,13 @@ class QKMeans(KMeans):
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_clusters)
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> D = qk.transform(X[:3])
+        >>> D.shape, bool((D.argmin(axis=1) == qk.predict(X[:3])).all())
+        ((3, 4), True)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -476,6 +498,12 @@ class QKMeans(KMeans):
         -------
         float
             Minus the (weighted) QK-means objective (eq. 5) of X.
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> bool(np.isclose(qk.score(X), -qk.inertia_))
+        True
         """
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)

@@ -247,6 +247,14 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, dqkm
+        >>> X = sp.random(40, 1000, density=0.01, format="csr", random_state=0)
+        >>> se = dqkm.SparseEmbeddedKMeans(2, n_components=16, random_state=0).fit(X)
+        >>> se.embedded_centers_.shape, se.cluster_centers_.shape
+        ((2, 16), (2, 1000))
         """
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
@@ -308,6 +316,12 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Returns
         -------
         embedding : ndarray or Dask array of shape (n_samples, n_components)
+
+        Examples
+        --------
+        {fitted_sekmeans}
+        >>> se.transform(X[:3]).shape
+        (3, 8)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -328,6 +342,13 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Returns
         -------
         {labels}
+
+        Examples
+        --------
+        {fitted_sekmeans}
+        >>> a, b = se.predict(X[[0, 20]])
+        >>> bool(a != b)
+        True
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
