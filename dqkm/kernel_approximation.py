@@ -268,6 +268,15 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.kernel_approximation import FactorNystroem
+        >>> X = np.random.default_rng(0).standard_normal((100, 4))
+        >>> ny = FactorNystroem(dqkm.KMeans(8, random_state=0).fit(X), gamma=0.5).fit(X)
+        >>> ny.components_.shape, ny.normalization_.shape  # the 8 centers are the landmarks
+        ((8, 4), (8, 8))
         """
         validate_params(self)
         Xd, _ = self._validate(X, reset=True)
@@ -305,6 +314,17 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         factors: one fast apply; Hadamard: S fast transforms per row), then
         the kernel from ‖x‖², ‖u‖² and the products, times the K×K
         normalisation.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.kernel_approximation import FactorNystroem
+        >>> from sklearn.metrics.pairwise import rbf_kernel
+        >>> X = np.random.default_rng(0).standard_normal((30, 4))
+        >>> ny = FactorNystroem("uniform", gamma=0.5, n_components=30, random_state=0).fit(X)
+        >>> Z = ny.transform(X)  # every row is a landmark: the kernel is reproduced
+        >>> Z.shape, bool(np.allclose(Z @ Z.T, rbf_kernel(X, gamma=0.5), atol=1e-6))
+        ((30, 30), True)
         """
         check_is_fitted(self, "normalization_")
         Xd, lazy = self._validate(X, reset=False)

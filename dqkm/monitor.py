@@ -89,6 +89,23 @@ def history_panels(model):
 
     ``objective`` and ``seconds`` always; ``palm_error``, ``beta`` and
     ``n_components`` when some iteration recorded them.
+
+    Parameters
+    ----------
+    model : fitted dqkm estimator or list of dict
+        Anything with a ``history_`` list, or that list itself.
+
+    Returns
+    -------
+    list of str
+        The panel names, top to bottom.
+
+    Examples
+    --------
+    >>> from dqkm.monitor import history_panels
+    >>> history_panels([{"objective": 3.0, "seconds": 0.1, "shift": 0.5,
+    ...                  "empty_clusters": 0}])
+    ['objective', 'seconds']
     """
     return _panels_of(_check_history(model))
 
@@ -221,7 +238,26 @@ def _draw_seconds(a, x, history):
 
 def recorded_tol_abs(model):
     """The absolute shift tolerance a fit recorded (a history entry's ``tol_abs``
-    or the model's ``tol_abs_``), or None when it recorded none."""
+    or the model's ``tol_abs_``), or None when it recorded none.
+
+    Parameters
+    ----------
+    model : fitted dqkm estimator or list of dict
+        Anything with a ``history_`` list (or ``tol_abs_``), or that list itself.
+
+    Returns
+    -------
+    float or None
+        The last ``tol_abs`` a history entry holds, else the model's ``tol_abs_``.
+
+    Examples
+    --------
+    >>> from dqkm.monitor import recorded_tol_abs
+    >>> recorded_tol_abs([{"objective": 3.0, "tol_abs": 0.01}])
+    0.01
+    >>> recorded_tol_abs([{"objective": 3.0}]) is None
+    True
+    """
     history = model if isinstance(model, (list, tuple)) else getattr(model, "history_", None)
     for rec in reversed(history or []):
         if isinstance(rec, dict) and isinstance(rec.get("tol_abs"), numbers.Real):
@@ -255,6 +291,15 @@ def plot_convergence(model, tol_abs=None, ax=None):
     Returns
     -------
     matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import numpy as np, dqkm
+    >>> from dqkm.monitor import plot_convergence
+    >>> X = np.random.default_rng(0).normal(size=(200, 2))
+    >>> km = dqkm.KMeans(n_clusters=3, random_state=0).fit(X)
+    >>> fig = plot_convergence(km)      # doctest: +SKIP
+    >>> fig.savefig("convergence.png")  # doctest: +SKIP
     """
     history = _check_history(model)
     try:

@@ -37,6 +37,7 @@ LAYER_OF = {
     "dqkm.exceptions": "data",
     "dqkm.progress": "data",        # the reporter interface the fit driver feeds
     "dqkm._validation": "data",     # parameter types and checks (estimators and generators)
+    "dqkm._docstrings": "data",     # shared docstring pieces (imports nothing from dqkm)
     "dqkm.kernels": "data",
     "dqkm.parallel": "parallel",
     "dqkm.cluster": "estimators",

@@ -13,6 +13,7 @@ from sklearn.base import (BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluste
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from .._docstrings import fill_doc
 from ..data.inputs import in_memory_input, is_lazy_input, lazy_input
 from ..exceptions import DataError
 from ..parallel.data import to_dask
@@ -203,14 +204,13 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
     """
 
     # ------------------------------------------------------------- validation
+    @fill_doc
     def fit_predict(self, X, y=None, **kwargs):
         """Fit on X and return the cluster of each of its rows.
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
         y : ignored
         **kwargs
             Passed to :meth:`fit` (e.g. ``checkpoint``, ``resume``).
@@ -219,6 +219,14 @@ class DqkmClusterer(ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMi
         -------
         labels : ndarray or Dask array of shape (n_samples,), int
             ``labels_`` after the fit.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> labels = dqkm.KMeans(n_clusters=2, random_state=0).fit_predict(X)
+        >>> bool(labels[0] == labels[1]), bool(labels[1] == labels[2])
+        (True, False)
         """
         return self.fit(X, **kwargs).labels_
 
@@ -288,19 +296,23 @@ class CenterInference(TransformerMixin):
         check_is_fitted(self)
         return np.asarray(self.cluster_centers_).astype(Xd.dtype)
 
+    @fill_doc
     def predict(self, X):
         """Index of the closest center of each sample.
 
         Parameters
         ----------
-        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer_sparse}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> bool(km.predict([[0.5, 0.5]])[0] == km.labels_[0])
+        True
         """
         from ..parallel.lloyd import assign
 
@@ -308,18 +320,23 @@ class CenterInference(TransformerMixin):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign(Xd, self._centers_for(Xd)), lazy)
 
+    @fill_doc
     def transform(self, X):
         """Euclidean distances to every center, shape (n_samples, n_clusters).
 
         Parameters
         ----------
-        X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer_sparse}
 
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_clusters)
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> sorted(km.transform([[0., 0.5]])[0].round(3).tolist())  # to (0, 0.5), to (10, 10.5)
+        [0.0, 14.142]
         """
         from ..parallel.lloyd import center_distances
 
@@ -327,6 +344,7 @@ class CenterInference(TransformerMixin):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(center_distances(Xd, self._centers_for(Xd)), lazy)
 
+    @fill_doc
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the (weighted) inertia of X on the fitted centers (higher is better).
 
@@ -335,14 +353,18 @@ class CenterInference(TransformerMixin):
         Parameters
         ----------
         X : array-like, scipy.sparse, Dask array, Zarr array or store path of shape (n_samples, n_features)
-        y : ignored
-        sample_weight : array-like or Dask array of shape (n_samples,), optional
-            Non-negative weights (checked as in ``fit``); None weighs every row 1.
+        {score_y_weights}
 
         Returns
         -------
         float
             Minus the (weighted) sum of squared distances to the nearest centers.
+
+        Examples
+        --------
+        {fitted_kmeans}
+        >>> km.score(X), km.score(X, sample_weight=[1, 1, 1, 3])
+        (-1.0, -1.5)
         """
         from ..parallel.lloyd import inertia
 

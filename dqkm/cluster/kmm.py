@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
+from .._docstrings import fill_doc
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
 from ..parallel.engine import compute, maybe_persist, release_persisted
@@ -314,14 +315,14 @@ class KMultipleMeans(DqkmClusterer):
                           "into n_clusters components. Use more prototypes or fewer "
                           "neighbours.", UserWarning, stacklevel=5)
 
+    @fill_doc
     def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
             resume=False):
         """Compute the K-Multiple-Means clustering.
 
         Parameters
         ----------
-        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
-        y : ignored
+        {X_fit}
         sample_weight : None or array-like of shape (n_samples,) of equal weights
             The K-Multiple-Means model defines no weight per sample (its
             similarity graph gives every sample the same total similarity):
@@ -357,6 +358,12 @@ class KMultipleMeans(DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> kmm.prototypes_.shape, kmm.labels_.shape
+        ((10, 2), (100,))
         """
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
@@ -411,6 +418,7 @@ class KMultipleMeans(DqkmClusterer):
                           if isinstance(self.random_state, (int, np.integer)) else None),
             fingerprint=data_fingerprint(Xd, split_every=self.split_every))
 
+    @fill_doc
     def predict(self, X):
         """Cluster of each new point's nearest prototype (squared Euclidean).
 
@@ -420,14 +428,17 @@ class KMultipleMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> sorted(set(kmm.predict(X).tolist()))
+        [0, 1]
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -435,6 +446,7 @@ class KMultipleMeans(DqkmClusterer):
             Xd = checked_rows(Xd)
         return self._output(predict_labels(Xd, self.prototypes_, self.prototype_labels_), lazy)
 
+    @fill_doc
     def transform(self, X):
         """Euclidean distances to every prototype, shape (n_samples, n_prototypes).
 
@@ -442,13 +454,17 @@ class KMultipleMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_prototypes)
+
+        Examples
+        --------
+        {fitted_kmm}
+        >>> kmm.transform(X[:3]).shape  # one column per prototype
+        (3, 10)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

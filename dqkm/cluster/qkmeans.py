@@ -11,6 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from sklearn.cluster import kmeans_plusplus
 
+from .._docstrings import fill_doc
 from ..data.serialize import pack_operator, unpack_operator
 from ..exceptions import DataError
 from ..parallel.engine import compute, driver_blas
@@ -351,14 +352,14 @@ class QKMeans(KMeans):
         self._check_qk_params(n_features)
 
     # ---------------------------------------------------------------- fitting
+    @fill_doc
     def fit(self, X, y=None, sample_weight=None, *, callback=None, checkpoint=None,
             resume=False):
         """Compute QK-means clustering.
 
         Parameters
         ----------
-        X : array-like, Dask array or Zarr array of shape (n_samples, n_features)
-        y : ignored
+        {X_fit}
         sample_weight : array-like or Dask array of shape (n_samples,), optional
             Non-negative weight of every row (None: all 1).  The weights enter
             the cluster sums, the weighted counts ``n_k`` of ``D_√n``, the
@@ -375,6 +376,15 @@ class QKMeans(KMeans):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> rng = np.random.default_rng(0)
+        >>> X = np.vstack([rng.normal(c, 0.5, (30, 8)) for c in (0, 4, 8, 12)])
+        >>> qk = dqkm.QKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> qk.factors_.shape, len(set(qk.labels_.tolist()))
+        ((4, 8), 4)
         """
         return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
                          sample_weight=sample_weight)
@@ -430,55 +440,70 @@ class QKMeans(KMeans):
         self.labels_ = self._output(assign_factors(Xd, self.factors_), lazy)
 
     # ------------------------------------------------------------- inference
+    @fill_doc
     def predict(self, X):
         """Nearest centroid of each sample, computed with the sparse factors.
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> bool((qk.predict(X) == qk.labels_).all())
+        True
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign_factors(Xd, self.factors_), lazy)
 
+    @fill_doc
     def transform(self, X):
         """Euclidean distances to every centroid (via the factors), (n_samples, n_clusters).
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
         distances : ndarray or Dask array of shape (n_samples, n_clusters)
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> D = qk.transform(X[:3])
+        >>> D.shape, bool((D.argmin(axis=1) == qk.predict(X[:3])).all())
+        ((3, 4), True)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(factor_distances(Xd, self.factors_), lazy)
 
+    @fill_doc
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the QK-means objective of X (higher is better).
 
         Parameters
         ----------
         X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-        y : ignored
-        sample_weight : array-like or Dask array of shape (n_samples,), optional
-            Non-negative weight of every row in the objective (None: all 1).
+        {score_y_weights}
 
         Returns
         -------
         float
             Minus the (weighted) QK-means objective (eq. 5) of X.
+
+        Examples
+        --------
+        {fitted_qkmeans}
+        >>> bool(np.isclose(qk.score(X), -qk.inertia_))
+        True
         """
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)

@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from .._docstrings import fill_doc
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
 from ..parallel.embedding import embed, embed_assign, original_space_moments
@@ -246,6 +247,14 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, dqkm
+        >>> X = sp.random(40, 1000, density=0.01, format="csr", random_state=0)
+        >>> se = dqkm.SparseEmbeddedKMeans(2, n_components=16, random_state=0).fit(X)
+        >>> se.embedded_centers_.shape, se.cluster_centers_.shape
+        ((2, 16), (2, 1000))
         """
         validate_params(self)
         Xd, lazy = self._validate_X(X, reset=True)
@@ -293,6 +302,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
         return self
 
     # ------------------------------------------------------------- inference
+    @fill_doc
     def transform(self, X):
         """The embedding ``X·Q·Φ`` (SE) or ``X·R`` (RP), shape (n_samples, n_components).
 
@@ -301,13 +311,17 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
         embedding : ndarray or Dask array of shape (n_samples, n_components)
+
+        Examples
+        --------
+        {fitted_sekmeans}
+        >>> se.transform(X[:3]).shape
+        (3, 8)
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
@@ -315,6 +329,7 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             Xd = checked_rows(Xd)
         return self._output(embed(Xd, self.embedding_), lazy)
 
+    @fill_doc
     def predict(self, X):
         """Embed X, then the index of the nearest embedded center of each sample.
 
@@ -322,14 +337,18 @@ class SparseEmbeddedKMeans(DqkmClusterer):
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
+
+        Examples
+        --------
+        {fitted_sekmeans}
+        >>> a, b = se.predict(X[[0, 20]])
+        >>> bool(a != b)
+        True
         """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)

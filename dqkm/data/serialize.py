@@ -55,6 +55,21 @@ def pack_operator(op, prefix=""):
     """``(kind, arrays)`` of a dqkm linear operator (``SparseFactors``,
     ``HadamardLandmarks``); ``(None, {})`` for anything else.
 
+    Parameters
+    ----------
+    op : object
+        The operator to pack.
+    prefix : str, default=''
+        Prepended to every array name, so that several operators share one
+        container.
+
+    Returns
+    -------
+    kind : str or None
+        The operator's class name, None when ``op`` is not a dqkm operator.
+    arrays : dict of str to ndarray
+        Its arrays, named ``prefix + name``.
+
     Examples
     --------
     >>> import numpy as np
@@ -79,6 +94,20 @@ def pack_operator(op, prefix=""):
 
 def unpack_operator(kind, arrays, prefix=""):
     """The operator :func:`pack_operator` packed.
+
+    Parameters
+    ----------
+    kind : str
+        The ``kind`` :func:`pack_operator` returned.
+    arrays : mapping of str to ndarray
+        The arrays it returned (other names may be there too).
+    prefix : str, default=''
+        The prefix it was given.
+
+    Returns
+    -------
+    SparseFactors or HadamardLandmarks
+        The operator, equal to the one packed.
 
     Examples
     --------
@@ -151,6 +180,20 @@ def pack_model(model, prefix=""):
     every array, named ``prefix + name`` (parameters ``prefix + 'param__' + name``),
     so that several models share one container.  :func:`unpack_model` inverts it.
 
+    Parameters
+    ----------
+    model : dqkm estimator
+        Fitted or not.
+    prefix : str, default=''
+        Prepended to every array name.
+
+    Returns
+    -------
+    header : dict
+        JSON-able: ``estimator``, ``params`` and the fitted scalars.
+    arrays : dict of str to ndarray
+        Every array of the model, named ``prefix + name``.
+
     Examples
     --------
     >>> import numpy as np, dqkm
@@ -175,6 +218,23 @@ def unpack_model(header, arrays, prefix="", *, source="(in memory)"):
     The parameters must be the estimator's, and the fitted state what it
     declares (``dqkm._model_check``): anything else is refused with
     ``ModelFileError`` naming ``source`` (the file) and the key.
+
+    Parameters
+    ----------
+    header : dict
+        The ``header`` :func:`pack_model` returned (or read back from JSON).
+    arrays : mapping of str to ndarray
+        Its arrays.
+    prefix : str, default=''
+        The prefix it was given.
+    source : str, keyword-only
+        What the error messages name as the origin (a file path).
+
+    Returns
+    -------
+    estimator
+        A new estimator of the packed class and parameters, fitted when the
+        packed one was.
 
     Examples
     --------
@@ -461,6 +521,17 @@ def load(path):
 def model_info(path) -> dict:
     """The JSON header of a saved model (estimator, parameters, fitted scalars) and
     ``arrays``: each array's ``[shape, dtype]``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A model saved by :func:`dqkm.save` (``.zarr`` or ``.npz``).
+
+    Returns
+    -------
+    dict
+        ``estimator``, ``params``, the fitted scalars and ``arrays`` (each
+        array's shape and dtype, not its values).
 
     Examples
     --------

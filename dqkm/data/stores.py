@@ -169,6 +169,19 @@ def check_writable(path, overwrite=False):
     ``FileExistsError``) if it exists and ``overwrite`` is false, ``StoreError``
     if it exists but is not a Zarr store or dqkm model file.
 
+    Parameters
+    ----------
+    path : str or path-like
+        Where the store or model is to be written.
+    overwrite : bool, default=False
+        As for :func:`save_array`: whether an existing Zarr store or dqkm
+        model file there may be replaced.
+
+    Returns
+    -------
+    None
+        When the write would be allowed.
+
     Examples
     --------
     >>> import os, tempfile
