@@ -20,12 +20,12 @@ def target():
 
 @pytest.fixture
 def runs(monkeypatch):
-    """Every palm4MSA run of hierarchical_palm4msa: (kind, cap, tol, errors)."""
+    """Every palm4MSA run of hierarchical_palm4msa: (cap, tol, errors, adaptive step)."""
     log = []
 
     def spy(A, d, cons, mats, lam, n_iter, tol, *args, **kw):
         out = _run(A, d, cons, mats, lam, n_iter, tol, *args, **kw)
-        log.append((n_iter, tol, out[2]))
+        log.append((n_iter, tol, out[2], kw.get("adaptive", False)))
         return out
 
     monkeypatch.setattr(hier, "_run", spy)
@@ -50,10 +50,10 @@ def test_progress_stop_ends_runs_early_and_caps_them(target, runs):
     hierarchical_palm4msa(target, cons, n_iter=40, n_iter_last=25, split_tol=2e-2, tol=1e-2)
     # per level a split then a global run; the last global run has its own cap and tol
     assert len(runs) == 2 * (Q - 1)
-    caps = [n for n, _, _ in runs]
+    caps = [n for n, _, _, _ in runs]
     assert caps == [40] * (2 * (Q - 1) - 1) + [25]
-    assert [t for _, t, _ in runs] == [2e-2] * (2 * (Q - 1) - 1) + [1e-2]
-    done = [_check_stop(e, n, t) for n, t, e in runs]
+    assert [t for _, t, _, _ in runs] == [2e-2] * (2 * (Q - 1) - 1) + [1e-2]
+    done = [_check_stop(e, n, t) for n, t, e, _ in runs]
     # on this target the splits stop on progress, well before the cap
     assert min(done) < 40 and sum(d < 40 for d in done[:-1]) >= Q - 1
 
@@ -63,7 +63,7 @@ def test_zero_tolerance_runs_every_run_to_its_cap(target, runs):
     res = hierarchical_palm4msa(target, cons, n_iter=6, n_iter_global=4, n_iter_last=9,
                                 tol=0, split_tol=0)
     Q = len(cons)
-    assert [len(e) - 1 for _, _, e in runs] == [6, 4] * (Q - 2) + [6, 9]
+    assert [len(e) - 1 for _, _, e, _ in runs] == [6, 4] * (Q - 2) + [6, 9]
     assert res.n_iter == 4 * (Q - 2) + 9
 
 
@@ -97,14 +97,22 @@ def test_zero_tolerance_is_the_fixed_budget_algorithm(target, adaptive):
         np.testing.assert_allclose(got.toarray(), want, rtol=1e-10, atol=1e-12)
 
 
-def test_adaptive_splits_step_past_the_bound(target, runs):
+@pytest.mark.parametrize("split_adaptive", [False, True])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_split_adaptive_step_switches_the_splits_only(target, runs, adaptive, split_adaptive):
+    cons = default_constraints(*target.shape, sparsity=3)
+    hierarchical_palm4msa(target, cons, n_iter=5, tol=0, split_tol=0, adaptive_step=adaptive,
+                          split_adaptive_step=split_adaptive)
+    steps = [a for _, _, _, a in runs]
+    assert steps[0::2] == [split_adaptive] * (len(cons) - 1)  # the 2-factor splits
+    assert steps[1::2] == [adaptive] * (len(cons) - 1)  # the global runs
+
+
+def test_adaptive_splits_change_the_result(target):
     cons = default_constraints(*target.shape, sparsity=3)
     plain = hierarchical_palm4msa(target, cons, n_iter=30, tol=0, split_tol=0)
     adaptive = hierarchical_palm4msa(target, cons, n_iter=30, tol=0, split_tol=0,
                                      split_adaptive_step=True)
-    # the first split differs (longer steps) and never ends above the bound-step split
-    first_plain, first_adaptive = runs[0][2], runs[2 * (len(cons) - 1)][2]
-    assert first_adaptive[-1] <= first_plain[-1]
     assert not np.allclose(plain.factors.toarray(), adaptive.factors.toarray())
 
 
