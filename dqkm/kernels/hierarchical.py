@@ -190,10 +190,11 @@ def hierarchical_palm4msa(
     split_tol : float >= 0, default 1e-3
         Relative-change stopping rule of every 2-factor split and of the global
         runs of levels ``1 … Q−2``: a run stops when an iteration lowers its
-        error by at most ``split_tol`` relatively (``n_iter`` is the cap).
+        error by at most ``split_tol`` relatively (caps: ``n_iter`` and
+        ``n_iter_global``).
         Those runs only seed the next level, whose global run revisits every
-        factor, so polishing them is wasted; with 1e-3 a split typically
-        stops after tens of iterations instead of ``n_iter`` (the cost of the
+        factor, so polishing them is wasted; with 1e-3 most splits stop
+        after tens of iterations instead of ``n_iter`` (the cost of the
         whole factorisation is about ``Σ_l (iterations of level l) × (l + 1)``
         factor updates).  ``split_tol=0`` runs every split and every global
         run of those levels to its cap (``tol=split_tol=0`` with the caps
@@ -211,9 +212,9 @@ def hierarchical_palm4msa(
         As in :func:`palm4msa`, for the global runs.
     split_adaptive_step : bool, default False
         The adaptive step in the 2-factor splits too (False: every split
-        steps at the bound ``c``).  With it the splits reach a given error in
-        fewer iterations on centroid-like targets (QK-means turns it on); the
-        Hadamard factorisation stalls with it, hence the default.
+        steps at the bound ``c``).  Opt-in: it changes where the splits end
+        (lower or higher depending on the target), the Hadamard factorisation
+        stalls with it, and QK-means leaves it off.
     method : {"factors", "dense"}, default "factors"
         As in :func:`palm4msa` (``"dense"``: the reference products).
 
