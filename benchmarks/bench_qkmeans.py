@@ -44,7 +44,18 @@
     epochs of ``partial_fit`` for several ``refit_every`` against QKMeans.fit
     from the same init.
 
-``--markdown`` writes parts (3)–(5) of the run to docs/benchmarks/qkmeans.md.
+(6) ``--parts init``: the hierarchical initial factorisation of K rows of
+    upsampled digits (the first K of the 1024 columns when K < 1024), K = D,
+    s = 5, QK-means's residual rule and adaptive step, for the settings named
+    by ``--init-variants`` (``INIT_VARIANTS``: ``fixed`` = 300 iterations in
+    every run, no early stop; ``previous`` = the caps and tolerances of
+    QKMeans's default; ``AS…`` = adaptive step in the splits, ``-L`` cap of
+    the last global run, ``-G`` cap of the other global runs, ``-st``
+    split_tol), one single-threaded process per setting, ``--init-jobs`` at a
+    time: seconds, relative error ‖C − V‖/‖C‖, and every palm4MSA run
+    (factors:iterations:seconds).
+
+``--markdown`` writes the parts of the run other than (2) to docs/benchmarks/qkmeans.md.
 """
 
 from __future__ import annotations
@@ -67,10 +78,10 @@ from dqkm.kernels.sparse_factors import SparseFactors  # noqa: E402
 
 
 _NOTES = """\
-Parts (4) and (5) of `bench_qkmeans.py` (see its docstring for what each measures).
-Measured on this branch, before the faster palm4MSA of the palm4MSA work was merged,
-on the shared 2-core machine under load (eight sessions): absolute seconds are
-inflated; ratios come from one run.  "measured" rows were timed whole; "extrapolated"
+The parts of `bench_qkmeans.py` named in the command above (see its docstring for what
+each measures).  Measured on this branch, without the faster palm4MSA iteration of the
+palm4MSA work, on the shared 2-core machine under load (eight sessions): absolute seconds
+are inflated; ratios come from one run.  "measured" rows were timed whole; "extrapolated"
 rows are computed from measured parts, as the row says.
 """
 
@@ -337,6 +348,99 @@ def defaults(a):
           "in the time this machine allows)")
 
 
+# ----------------------------------------------------------------------------- (6)
+# hierarchical_palm4msa settings of part (6); every one with QK-means's geometric
+# residual rule and adaptive step in the global runs
+INIT_VARIANTS = {
+    "fixed": dict(n_iter=300, tol=0.0, split_tol=0.0),
+    "previous": dict(n_iter=300),
+    "AS": dict(n_iter=300, split_adaptive_step=True),
+    "AS-L100": dict(n_iter=300, split_adaptive_step=True, n_iter_last=100),
+    "AS-L150": dict(n_iter=300, split_adaptive_step=True, n_iter_last=150),
+    "AS-G0": dict(n_iter=300, split_adaptive_step=True, n_iter_global=0, n_iter_last=300),
+    "AS-G20": dict(n_iter=300, split_adaptive_step=True, n_iter_global=20, n_iter_last=300),
+    "AS-st3e-3": dict(n_iter=300, split_adaptive_step=True, split_tol=3e-3),
+    "AS-st3e-3-L100": dict(n_iter=300, split_adaptive_step=True, split_tol=3e-3,
+                           n_iter_last=100),
+    "AS-G20-L100": dict(n_iter=300, split_adaptive_step=True, n_iter_global=20,
+                        n_iter_last=100),
+    "default": None,  # QKMeans(K)'s own initial factorisation
+}
+
+
+def _init_variant(K, name, q):
+    """Factorise K upsampled-digits rows (D = 1024 columns cut to K when K < 1024)
+    with one INIT_VARIANTS setting; put (name, K, seconds, relative error, runs)."""
+    from dqkm.cluster.qkmeans import _hierarchical
+    from dqkm.kernels import default_residual_constraints, hierarchical_palm4msa
+    import dqkm.kernels.hierarchical as hier
+
+    rng = np.random.default_rng(0)
+    X = upsampled_digits(4 * K, rng)
+    D = min(K, 1024) if K < 1024 else 1024
+    C = X[rng.choice(len(X), K, replace=False), :D].astype(np.float64)
+    cons = _constraints(K, D)
+    hierarchical_palm4msa(np.eye(8), n_iter=2)  # numba compilation
+    runs, real = [], hier._run
+
+    def spy(*args, **kw):
+        t0 = time.perf_counter()
+        out = real(*args, **kw)
+        runs.append(f"{len(args[2])}:{len(out[2]) - 1}:{time.perf_counter() - t0:.0f}")
+        return out
+
+    hier._run = spy
+    t0 = time.perf_counter()
+    if INIT_VARIANTS[name] is None:
+        res = _hierarchical(C, cons, n_iter=dqkm.QKMeans(K).palm_iter_init)
+    else:
+        res = hierarchical_palm4msa(
+            C, cons, residual_constraints=default_residual_constraints(cons, rule="geometric"),
+            adaptive_step=True, **INIT_VARIANTS[name])
+    q.put((name, K, time.perf_counter() - t0, res.errors[-1] / np.linalg.norm(C),
+           " ".join(runs)))
+
+
+def init_factorisation(a):
+    """The hierarchical initial factorisation: settings side by side (parallel
+    single-threaded processes, each stopped after ``--init-budget`` s)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    jobs = [(K, name) for K in a.init_k for name in a.init_variants]
+    print(f"\n## (6) Hierarchical initial factorisation of K upsampled-digits rows, K = D, "
+          f"s = 5 (one process per row, {a.init_jobs} at a time, stopped after "
+          f"{a.init_budget:.0f} s)\n", flush=True)
+    rows, pending = [], list(jobs)
+    running = []
+    while pending or running:
+        while pending and len(running) < a.init_jobs:
+            K, name = pending.pop(0)
+            proc = ctx.Process(target=_init_variant, args=(K, name, q))
+            proc.start()
+            running.append((proc, K, name, time.perf_counter()))
+        time.sleep(1)
+        for item in list(running):
+            proc, K, name, t0 = item
+            if not proc.is_alive():
+                running.remove(item)
+            elif time.perf_counter() - t0 > a.init_budget:
+                proc.terminate()
+                proc.join()
+                running.remove(item)
+                rows.append((name, K, None, None, "stopped"))
+        while not q.empty():
+            rows.append(q.get())
+    while not q.empty():
+        rows.append(q.get())
+    rows.sort(key=lambda r: (r[1], a.init_variants.index(r[0])))
+    table = [[K, name, f"{t:.0f}" if t is not None else f"> {a.init_budget:.0f}",
+              f"{e:.4f}" if e is not None else "–", runs] for name, K, t, e, runs in rows]
+    print(markdown_table(["K = D", "setting", "seconds", "relative error",
+                          "runs (factors:iterations:seconds)"], table), flush=True)
+
+
 def minibatch(a):
     """MiniBatchQKMeans on digits: refit_every against the objective of QKMeans.fit."""
     from sklearn.datasets import load_digits
@@ -383,6 +487,10 @@ def main(argv=None):
                    help="rows of upsampled digits for part (4)")
     p.add_argument("--init-budget", type=float, default=600.0,
                    help="seconds allowed to the default initial factorisation in part (4)")
+    p.add_argument("--init-k", type=int, nargs="*", default=[512, 1024])
+    p.add_argument("--init-variants", nargs="*", default=["previous", "default"],
+                   choices=list(INIT_VARIANTS))
+    p.add_argument("--init-jobs", type=int, default=2)
     p.add_argument("--refit-every", type=int, nargs="*", default=[1, 5, 10, 25])
     add_markdown_option(p)
     a = p.parse_args(argv)
@@ -399,20 +507,22 @@ def main(argv=None):
     print(f"bench_qkmeans: {' '.join(sys.argv[1:]) or '(defaults)'}; "
           f"{os.cpu_count()} CPUs", flush=True)
     t0 = time.perf_counter()
-    if "inference" in a.parts:
-        inference(a)
     if "end-to-end" in a.parts:
         end_to_end(a)
     with capture_stdout() as out:
+        if "inference" in a.parts:
+            inference(a)
         if "training" in a.parts:
             training(a)
         if "defaults" in a.parts:
             defaults(a)
         if "minibatch" in a.parts:
             minibatch(a)
+        if "init" in a.parts:
+            init_factorisation(a)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if a.markdown:
-        write_page("qkmeans", "QuicK-means: defaults at K = D = 1024, mini-batch QK-means",
+        write_page("qkmeans", "QuicK-means: inference, defaults at K = D = 1024, mini-batch",
                    out.getvalue(), notes=_NOTES)
 
 

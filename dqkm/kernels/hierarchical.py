@@ -53,10 +53,6 @@ __all__ = ["hierarchical_palm4msa", "default_residual_constraints"]
 
 # λ at the start of a split, relative to ‖target‖_F (see the module docstring)
 _SPLIT_LAM = 1e-3
-# the 2-factor splits keep every step at the bound c (palm4msa's adaptive step is off):
-# with it the Hadamard factorisation (tests) stalls at 25 % error; the global runs use it
-# when adaptive_step=True
-_ADAPTIVE_SPLIT = False
 
 
 _RESIDUAL_RULES = ("product", "geometric")
@@ -158,10 +154,12 @@ def hierarchical_palm4msa(
     n_iter_global=None,
     tol=1e-4,
     split_tol=1e-3,
+    n_iter_last=None,
     fixed_left=None,
     callback=None,
     safeguard=True,
     adaptive_step=False,
+    split_adaptive_step=False,
     method="factors",
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ``, hierarchically.
@@ -176,22 +174,31 @@ def hierarchical_palm4msa(
         of ``S_{l+1}`` × D); the last residual is ``SQ`` itself.  None:
         :func:`default_residual_constraints` (Splincol factors only).
     n_iter : int >= 0, default 300
-        Iterations of every 2-factor split.
+        Cap on the iterations of every 2-factor split (each split stops
+        earlier on progress, ``split_tol``).
     n_iter_global : int >= 0 or None
-        Iterations of every global re-optimisation (default: ``n_iter``).
+        Cap on the iterations of the global re-optimisations of levels
+        ``1 … Q−2`` (default: ``n_iter``; they stop earlier on ``split_tol``).
+    n_iter_last : int >= 0 or None
+        Cap on the iterations of the last global run (default:
+        ``n_iter_global``); it stops earlier on ``tol``.
     tol : float >= 0, default 1e-4
-        Relative-change stopping rule of the last global palm4MSA run: it
-        stops when an iteration lowers the error by at most ``tol``
-        relatively (``n_iter_global`` is the cap).
+        Progress-based stop of the last global palm4MSA run: it stops after
+        the first iteration that lowers the error by at most ``tol``
+        relatively (``|e_{t-1} − e_t| <= tol · e_{t-1}``); 0 runs it to
+        ``n_iter_last``.
     split_tol : float >= 0, default 1e-3
         Relative-change stopping rule of every 2-factor split and of the global
         runs of levels ``1 … Q−2``: a run stops when an iteration lowers its
-        error by at most ``split_tol`` relatively (``n_iter`` is the cap).
+        error by at most ``split_tol`` relatively (caps: ``n_iter`` and
+        ``n_iter_global``).
         Those runs only seed the next level, whose global run revisits every
-        factor, so polishing them is wasted; with 1e-3 a split typically
-        stops after tens of iterations instead of ``n_iter`` (the cost of the
+        factor, so polishing them is wasted; with 1e-3 most splits stop
+        after tens of iterations instead of ``n_iter`` (the cost of the
         whole factorisation is about ``Σ_l (iterations of level l) × (l + 1)``
-        factor updates).  ``split_tol=tol`` gives the previous behaviour.
+        factor updates).  ``split_tol=0`` runs every split and every global
+        run of those levels to its cap (``tol=split_tol=0`` with the caps
+        ``n_iter`` is the fixed-budget algorithm of Le Magoarou & Gribonval).
     fixed_left : None or array-like of shape (K,)
         Diagonal of a fixed left factor (QuicK-means's ``D_√n``); used in
         the first split and every global run.  QuicK-means initialises without it
@@ -202,8 +209,12 @@ def hierarchical_palm4msa(
         As in :func:`palm4msa` (every run is monotone; the error can still
         rise at a level boundary, where a split replaces the residual).
     adaptive_step : bool, default False
-        As in :func:`palm4msa`, for the global runs; the 2-factor splits
-        always step at the bound.
+        As in :func:`palm4msa`, for the global runs.
+    split_adaptive_step : bool, default False
+        The adaptive step in the 2-factor splits too (False: every split
+        steps at the bound ``c``).  Opt-in: it changes where the splits end
+        (lower or higher depending on the target), the Hadamard factorisation
+        stalls with it, and QK-means leaves it off.
     method : {"factors", "dense"}, default "factors"
         As in :func:`palm4msa` (``"dense"``: the reference products).
 
@@ -233,6 +244,7 @@ def hierarchical_palm4msa(
     constraints = _as_constraints(shapes_or_constraints, K, D, owner)
     n_iter = _check_int(n_iter, "n_iter", owner, 0)
     n_iter_global = n_iter if n_iter_global is None else _check_int(n_iter_global, "n_iter_global", owner, 0)
+    n_iter_last = n_iter_global if n_iter_last is None else _check_int(n_iter_last, "n_iter_last", owner, 0)
     _check_tol_lam(tol, None, owner)
     _check_tol_lam(split_tol, None, owner, name="split_tol")
     method = _check_method(method, owner)
@@ -243,9 +255,10 @@ def hierarchical_palm4msa(
     residuals = _check_residuals(residual_constraints, constraints) + [constraints[-1]]
     safeguard = bool(safeguard)
     adaptive = _check_bool(adaptive_step, "adaptive_step", owner)
+    adaptive_split = _check_bool(split_adaptive_step, "split_adaptive_step", owner)
     if Q == 1:
         mats, lam = _initial_factors(None, constraints, None, owner)
-        mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter_global, tol, callback, safeguard,
+        mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter_last, tol, callback, safeguard,
                                  adaptive=adaptive, method=method)
         return _result(mats, lam, errors, dtype)
 
@@ -263,10 +276,12 @@ def hierarchical_palm4msa(
         mats = [eye / np.linalg.norm(eye), np.zeros(split_cons[1].shape)]
         lam0 = _SPLIT_LAM * np.linalg.norm(weights[:, None] * target)
         mats, lam, _ = _run(target, weights, split_cons, mats, lam0, n_iter, split_tol, None,
-                            safeguard, adaptive=_ADAPTIVE_SPLIT, method=method)
+                            safeguard, adaptive=adaptive_split, method=method)
         cons = peeled_cons + split_cons
+        last = level == Q - 1
         mats, lam, errors = _run(
-            A64, d, cons, peeled + mats, lam, n_iter_global, tol if level == Q - 1 else split_tol,
+            A64, d, cons, peeled + mats, lam, n_iter_last if last else n_iter_global,
+            tol if last else split_tol,
             None if callback is None else global_callback, safeguard, adaptive=adaptive,
             method=method,
         )
