@@ -174,6 +174,10 @@ def _combine(parts):
     return out
 
 
+def _bundle(res, *states):
+    return res, list(states)
+
+
 def _alive(block_state):
     """The persisted state of a block, or None if a worker lost it (the block is
     then recomputed by a full scan rather than by re-running earlier passes)."""
@@ -296,6 +300,9 @@ class BoundedPasses:
             states.append(f"{k}-state")
             parts.append(f"{k}-part")
         root = _tree_tasks(layer, parts, _combine, self.split_every, f"{name}-combine")
+        out = f"{name}-out"  # local threads: result and states in one collection (one
+        if not sidecar and client is None:  # collection's overhead, not n_blocks + 1)
+            layer[out] = Task(out, _bundle, TaskRef(root), *(TaskRef(k) for k in states))
         graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
         red = Delayed(root, graph, layer=name)
         if sidecar:
@@ -303,8 +310,7 @@ class BoundedPasses:
             (res,) = compute(red)
             self._advance_files()
         elif client is None:  # local threads: the blocks' states stay in this process
-            res, *blocks = compute(red, *(Delayed(k, graph, layer=name) for k in states))
-            self.blocks = blocks
+            ((res, self.blocks),) = compute(Delayed(out, graph, layer=name))
         else:  # on the workers, next to the blocks that computed them
             persisted = dask.persist(*(Delayed(k, graph, layer=name) for k in states), red)
             self.blocks = list(persisted[:-1])
