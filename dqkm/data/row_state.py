@@ -1,17 +1,26 @@
-"""Per-row state written beside re-read data: one ``.npy`` file per row block and pass.
+"""Per-row state written beside re-read data: a Zarr sidecar chunk-aligned with X.
 
 A bound-pruned K-means pass (:mod:`dqkm.parallel.bounds`) over data that is
-re-read from its store every pass keeps each row block's labels and bounds in
-a file of its own, so that the workers' memory stays bounded by a few chunks.
-The files of pass ``g`` are ``g{g:08d}-b{i:06d}.npy``; pass ``g`` reads those of
-pass ``g − 1`` and writes its own (each atomically: a ``.tmp`` file renamed
-into place), so a task run twice (a retried task, a killed worker) reads the
-same input.  A block whose file is missing or unreadable has no state: its
-caller recomputes it (for the bounds, with a plain Lloyd step, which is exact).
+re-read from its store every pass keeps each row block's labels and bounds on
+disk, so that the workers' memory stays bounded by a few chunks.  Pass ``g``
+has a Zarr array of its own, ``g{g:08d}`` in the state directory, of float64
+rows ``(label, upper, lower…)``; its chunk ``i`` holds exactly X's row block
+``i``: shape ``(n_rows, width)`` with chunks ``(c, width)`` when X's row
+chunks are regular (all ``c`` but a shorter last one), else shape
+``(n_blocks, max_rows, width)`` with one chunk per block.  Pass ``g`` reads
+the array of pass ``g − 1`` and writes its own, one whole chunk per block, so
+a task run twice (a retried task, a killed worker) reads the same input.
+
+Every chunk is one key of a local Zarr store: Zarr's ``LocalStore`` writes it
+to a temporary file renamed into place, and a CRC32C checksum (a Zarr codec)
+guards the chunk besides, so a chunk that is missing, torn or unreadable is
+no state: its caller recomputes the block (for the bounds, with a plain Lloyd
+step, which is exact).
 
 The directory is created by :func:`create_state_directory` and removed by
-:func:`remove_state_directory` with only the files named here: nothing else
-is deleted.
+:func:`remove_state_directory` with only the files named here (each array's
+``zarr.json`` and the chunks of the blocks): nothing else is deleted, and a
+directory that holds anything else is left in place.
 """
 
 from __future__ import annotations
@@ -21,10 +30,11 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["create_state_directory", "write_block_state", "read_block_state",
-           "remove_block_states", "remove_state_directory"]
+__all__ = ["create_state_directory", "create_generation", "write_block_state",
+           "read_block_state", "remove_block_states", "remove_generation",
+           "remove_state_directory"]
 
-_NAME = "g{:08d}-b{:06d}.npy"
+_NAME = "g{:08d}"
 
 
 def create_state_directory(base=None) -> str:
@@ -40,53 +50,140 @@ def create_state_directory(base=None) -> str:
     return tempfile.mkdtemp(prefix="dqkm-row-state-", dir=os.fspath(base))
 
 
-def _path(directory, generation, index):
-    return os.path.join(directory, _NAME.format(int(generation), int(index)))
+def _path(directory, generation):
+    return os.path.join(directory, _NAME.format(int(generation)))
+
+
+def _layout(row_chunks, width):
+    """(shape, chunks) of a generation's array: chunk i is X's row block i."""
+    rows = [int(c) for c in row_chunks]
+    first = rows[0] if rows else 0
+    if first > 0 and all(c == first for c in rows[:-1]) and 0 < rows[-1] <= first:
+        return (sum(rows), width), (first, width)
+    top = max([1, *rows])
+    return (len(rows), top, width), (1, top, width)
+
+
+def _region(row_chunks, index):
+    rows = [int(c) for c in row_chunks]
+    shape, _ = _layout(rows, 1)
+    if len(shape) == 2:
+        start = sum(rows[:index])
+        return (slice(start, start + rows[index]), slice(None))
+    return (index, slice(0, rows[index]), slice(None))
+
+
+def create_generation(directory, generation, row_chunks, width) -> str:
+    """Create the (empty) Zarr array of pass ``generation``: float64, ``width``
+    columns, chunk-aligned with the row chunks ``row_chunks``; its path."""
+    import zarr
+    from zarr.codecs import Crc32cCodec
+
+    shape, chunks = _layout(row_chunks, int(width))
+    path = _path(directory, generation)
+    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float64",
+                      fill_value=np.nan, compressors=[Crc32cCodec()],
+                      chunk_key_encoding={"name": "default", "separator": "/"},
+                      attributes={"row_chunks": [int(c) for c in row_chunks]},
+                      overwrite=False)
+    return path
+
+
+def _open(directory, generation, mode):
+    import zarr
+
+    return zarr.open_array(store=_path(directory, generation), mode=mode)
 
 
 def write_block_state(directory, generation, index, state) -> bool:
-    """Write one block's state (a 2-D float64 array) for pass ``generation``.
+    """Write block ``index``'s state (a 2-D float64 array) into pass
+    ``generation``'s array (one whole chunk).
 
-    Returns False, writing nothing, when ``directory`` does not exist on this
+    Returns False, writing nothing, when the array does not exist on this
     worker (e.g. a worker on another host): the block then has no state.
     """
-    if not os.path.isdir(directory):
+    if not os.path.isdir(_path(directory, generation)):
         return False
-    path = _path(directory, generation, index)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        np.save(f, np.ascontiguousarray(state, dtype=np.float64), allow_pickle=False)
-    os.replace(tmp, path)
+    z = _open(directory, generation, "r+")
+    z[_region(z.attrs["row_chunks"], index)] = np.asarray(state, dtype=np.float64)
     return True
 
 
 def read_block_state(directory, generation, index, shape):
-    """The state :func:`write_block_state` wrote, or None if it is missing or
-    not of ``shape`` (then the caller recomputes it)."""
+    """The state :func:`write_block_state` wrote, or None if it is missing,
+    unreadable or not of ``shape`` (then the caller recomputes it)."""
     try:
-        with open(_path(directory, generation, index), "rb") as f:
-            state = np.load(f, allow_pickle=False)
-    except (OSError, ValueError):
+        z = _open(directory, generation, "r")
+        state = np.asarray(z[_region(z.attrs["row_chunks"], index)])
+    except Exception:  # noqa: BLE001 - any unreadable chunk is no state (recomputed)
         return None
-    return state if state.shape == tuple(shape) and state.dtype == np.float64 else None
+    if state.shape != tuple(shape) or (state.size and np.isnan(state[:, 0]).any()):
+        return None
+    return state
+
+
+def _chunk_files(directory, generation, blocks, ndim):
+    """The chunk files of ``blocks`` (Zarr v3's default chunk keys ``c/i/0[/0]``)."""
+    tail = ("0",) if ndim == 2 else ("0", "0")
+    return [os.path.join(_path(directory, generation), "c", str(int(i)), *tail)
+            for i in blocks]
+
+
+def _ndim(directory, generation):
+    try:
+        return _open(directory, generation, "r").ndim
+    except Exception:  # noqa: BLE001 - no array: no chunk of it to remove
+        return None
 
 
 def remove_block_states(directory, generation, blocks) -> None:
-    """Remove the files of pass ``generation`` for the block indices ``blocks``."""
-    for i in blocks:
-        for name in (_path(directory, generation, i), _path(directory, generation, i) + ".tmp"):
-            try:
-                os.remove(name)
-            except FileNotFoundError:
-                pass
+    """Remove the chunks of pass ``generation`` for the block indices ``blocks``."""
+    ndim = _ndim(directory, generation)
+    if ndim is None:
+        return
+    for name in _chunk_files(directory, generation, blocks, ndim):
+        try:
+            os.remove(name)
+        except FileNotFoundError:
+            pass
+
+
+def _rmdir(path):
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def remove_generation(directory, generation, n_blocks) -> None:
+    """Remove pass ``generation``'s array (its block chunks and ``zarr.json``)
+    and the directories this leaves empty."""
+    ndim = _ndim(directory, generation)
+    if ndim is None:
+        return
+    files = _chunk_files(directory, generation, range(n_blocks), ndim)
+    for name in files:
+        try:
+            os.remove(name)
+        except FileNotFoundError:
+            pass
+    for name in files:  # c/i/0 (c/i/0/0): the directories above the chunk
+        parent = os.path.dirname(name)
+        if ndim == 3:
+            _rmdir(parent)
+            parent = os.path.dirname(parent)
+        _rmdir(parent)
+    _rmdir(os.path.join(_path(directory, generation), "c"))
+    try:
+        os.remove(os.path.join(_path(directory, generation), "zarr.json"))
+    except FileNotFoundError:
+        pass
+    _rmdir(_path(directory, generation))
 
 
 def remove_state_directory(directory, generations, n_blocks) -> None:
-    """Remove the files of the passes ``generations``, then the directory if that
-    leaves it empty (nothing else is deleted)."""
+    """Remove the arrays of the passes ``generations`` (:func:`remove_generation`),
+    then the directory if that leaves it empty (nothing else is deleted)."""
     for g in generations:
-        remove_block_states(directory, g, range(n_blocks))
-    try:
-        os.rmdir(directory)
-    except OSError:
-        pass
+        remove_generation(directory, g, n_blocks)
+    _rmdir(directory)

@@ -69,13 +69,9 @@ def center_geometry(centers, previous=None):
     shift : ndarray of shape (n_clusters,), float64
         ``‖c_j − previous_j‖`` rounded up (zeros when ``previous`` is None).
     """
-    c = np.asarray(centers, dtype=np.float64)
+    c = np.ascontiguousarray(centers, dtype=np.float64)
     k = c.shape[0]
-    # pairwise distances from the differences (not ‖a‖² + ‖b‖² − 2a·b, which
-    # cancels for nearby centers): K passes over the K × D centers
-    d2 = np.empty((k, k))
-    for j in range(k):
-        d2[j] = np.einsum("ij,ij->i", c - c[j], c - c[j])
+    d2 = _pair_sq_dists(c)
     np.fill_diagonal(d2, np.inf)
     half_sep = 0.5 * np.sqrt(d2.min(axis=1)) * (1.0 - _EPS) if k > 1 else np.full(k, np.inf)
     if previous is None:
@@ -94,12 +90,26 @@ def center_separations(centers):
 
     The diagonal is 0.  Used by :func:`elkan_partials`.
     """
-    c = np.asarray(centers, dtype=np.float64)
-    half = np.empty((c.shape[0], c.shape[0]))
-    for j in range(c.shape[0]):
-        diff = c - c[j]
-        half[j] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    half = np.sqrt(_pair_sq_dists(np.ascontiguousarray(centers, dtype=np.float64)))
     return 0.5 * half * (1.0 - _EPS)
+
+
+@njit(nogil=True, cache=True)
+def _pair_sq_dists(c):
+    """Squared distances between every two rows of ``c`` (float64, K × K), each
+    summed from the differences in feature order (not ‖a‖² + ‖b‖² − 2a·b, which
+    cancels for nearby centers)."""
+    k = c.shape[0]
+    out = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1, k):
+            acc = 0.0
+            for f in range(c.shape[1]):
+                u = c[i, f] - c[j, f]
+                acc += u * u
+            out[i, j] = acc
+            out[j, i] = acc
+    return out
 
 
 @njit(nogil=True, cache=True)
@@ -144,9 +154,11 @@ def _scan(X, r, CT, d2):  # OUT d2
 
 
 @njit(nogil=True, cache=True)
-def _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, eps):  # OUT labels, upper, lower
-    """Move, test and (where needed) reset the bounds of every row; the number of
-    center distances computed (a label of -1 means no bounds yet: full scan)."""
+def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):  # OUT labels, upper, lower, todo
+    """Move and test the bounds of every row, tightening the upper bound where
+    the test fails; the rows still failing (and those with label -1: no bounds
+    yet) are listed in ``todo`` for :func:`_rescan`.  Returns (distances
+    computed, number of rows listed)."""
     k = centers.shape[0]
     # largest and second-largest move: max_{j≠a} δ_j without a K loop per row
     m1 = -1.0
@@ -161,7 +173,7 @@ def _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, eps):  
             m2 = shift[j]
     m1 = max(m1, 0.0)
     computed = 0
-    d2 = np.empty(k)
+    m = 0
     for r in range(X.shape[0]):
         a = labels[r]
         if a >= 0:
@@ -182,25 +194,182 @@ def _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, eps):  
                 upper[r] = u
                 lower[r] = lo
                 continue
+        todo[m] = r
+        m += 1
+    return computed, m
+
+
+@njit(nogil=True, cache=True, fastmath={"nnan", "reassoc", "nsz"})
+def _min_finite(a):
+    """min(a) for an array without NaN (the reduction vectorises)."""
+    m = np.inf
+    for j in range(a.shape[0]):
+        m = min(m, a[j])
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _resolve_row(X, r, centers, CT, g, rn, cn, err, d2, lb, want_lb):  # OUT d2, lb
+    """Nearest center of row r from its float64 products ``g`` with the centers.
+
+    With ``A_j = ‖c_j‖² − 2 g_j``, ``‖x‖² + A_j`` is within ``err`` of the exact
+    float64 squared distance (:func:`_sq_dist`) whatever the GEMM's order of
+    summation, so only the centers with ``A_j ≤ min_i A_i + 2 err`` can be
+    nearest: their exact distances decide (lowest index on ties); usually
+    there is one.  Returns (label, exact best squared distance, a lower bound
+    of the exact squared distance to every other center); with ``want_lb``,
+    ``lb[j]`` receives such a bound for every center (exact where computed).
+    A row whose norm or products are not finite is scanned exactly
+    (:func:`_scan`).
+    """
+    k = centers.shape[0]
+    if not (np.isfinite(rn) and np.isfinite(err)):
         arg, best, second = _scan(X, r, CT, d2)
-        computed += k
+        if want_lb:
+            for j in range(k):
+                lb[j] = d2[j]
+        return arg, best, second
+    for j in range(k):  # the products are finite (checked per tile), so is every A_j
+        d2[j] = cn[j] - 2.0 * g[j]
+    m1 = _min_finite(d2)
+    a1 = 0
+    while d2[a1] != m1:
+        a1 += 1
+    d2[a1] = np.inf
+    m2 = _min_finite(d2) if k > 1 else np.inf
+    d2[a1] = m1
+    if m2 > m1 + 2.0 * err and not want_lb:  # one candidate: the usual case
+        return a1, _sq_dist(X, r, centers, a1), max(rn + m2 - err, 0.0)
+    best = np.inf
+    arg = -1
+    for j in range(k):
+        v = d2[j]
+        if v <= m1 + 2.0 * err:
+            e = _sq_dist(X, r, centers, j)
+            lb[j] = e
+            if e < best or arg < 0:
+                best = e
+                arg = j
+        else:
+            lb[j] = max(rn + v - err, 0.0)
+    second = np.inf
+    for j in range(k):
+        if j != arg and lb[j] < second:
+            second = lb[j]
+    return arg, best, second
+
+
+@njit(nogil=True, cache=True, fastmath={"nsz"})
+def _two_smallest(GT, cn, t, m1, m2, a1):  # OUT m1, m2, a1
+    """Per row i < t: the smallest and second smallest ``A_j = ‖c_j‖² − 2 GT[j, i]``
+    and the first j reaching the smallest; selects across the rows (SIMD lanes),
+    one center at a time in increasing order (the lowest index wins ties; a NaN
+    never wins)."""
+    for i in range(t):
+        m1[i] = np.inf
+        m2[i] = np.inf
+        a1[i] = 0
+    for j in range(GT.shape[0]):
+        g = GT[j]
+        c = cn[j]
+        for i in range(t):
+            v = c - 2.0 * np.float64(g[i])
+            b1 = m1[i]
+            b2 = m2[i]
+            lt1 = v < b1
+            m2[i] = b1 if lt1 else (v if v < b2 else b2)
+            m1[i] = v if lt1 else b1
+            a1[i] = j if lt1 else a1[i]
+
+
+@njit(nogil=True, cache=True)
+def _resolve_rows(X, rows, centers, CT, GT, rn, cn, err_scale, labels, upper, lower, eps):  # OUT labels, upper, lower
+    """:func:`_resolve_row` for the rows ``rows`` (the columns of ``GT``, the
+    products transposed): labels and fresh bounds, Hamerly's (``lower`` 1-D)
+    or Elkan's (``lower`` n × K).  For Hamerly's bounds the usual row, with a
+    single candidate center, is settled from :func:`_two_smallest`."""
+    k = centers.shape[0]
+    t = rows.shape[0]
+    d2 = np.empty(k)
+    lb = np.empty(k)
+    cmax = 0.0
+    for j in range(k):
+        cmax = max(cmax, cn[j])
+    elkan = lower.ndim == 2
+    m1 = np.empty(t)
+    m2 = np.empty(t)
+    a1 = np.empty(t, dtype=np.int64)
+    if not elkan:
+        _two_smallest(GT, cn, t, m1, m2, a1)
+    for i in range(t):
+        r = rows[i]
+        err = err_scale * (rn[i] + cmax)
+        if not elkan and np.isfinite(rn[i]) and np.isfinite(err) and np.isfinite(m1[i]) \
+                and m2[i] > m1[i] + 2.0 * err:
+            arg = a1[i]
+            best = _sq_dist(X, r, centers, arg)
+            second = max(rn[i] + m2[i] - err, 0.0)
+        else:
+            g = np.empty(k)
+            for j in range(k):
+                g[j] = GT[j, i]
+            arg, best, second = _resolve_row(X, r, centers, CT, g, rn[i], cn, err, d2, lb,
+                                             elkan)
         labels[r] = arg
         upper[r] = np.sqrt(best) * (1.0 + eps)
-        lower[r] = np.sqrt(second) * (1.0 - eps)
-    return computed
+        if elkan:
+            for j in range(k):
+                lower[r, j] = np.sqrt(lb[j]) * (1.0 - eps)
+        else:
+            lower[r] = np.sqrt(second) * (1.0 - eps)
+
+
+# Rows per GEMM of _rescan (its float64 products are _RESCAN_TILE × K).
+_RESCAN_TILE = 1024
+
+
+def _rescan(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upper, lower
+    """Full scans of the rows ``rows`` (those whose bounds failed): one GEMM
+    per tile of rows gives every row-center product, then the exact distances
+    of the few centers that can be nearest decide (:func:`_resolve_row`); the
+    bounds are reset from them.  ``lower`` is 1-D (Hamerly) or n × K (Elkan).
+    Labels are those of the exact float64 distances, as a per-row scan gives them."""
+    c64 = CT.T
+    cn = np.einsum("ij,ij->i", c64, c64)
+    # |‖x‖² + ‖c‖² − 2g − d| ≤ (γ_D + O(u))·(‖x‖² + ‖c‖²) for any order of
+    # summation of the products g (γ_D ≈ D·u, u the GEMM dtype's unit roundoff:
+    # float32 X is multiplied in float32, its conversion exact), the exact float64
+    # distance d's own rounding included; the scales below hold it with a margin
+    # over 2.  A float32 tile whose products overflow is multiplied in float64.
+    err64 = 1e-15 * (X.shape[1] + 4)
+    CT32 = CT.astype(np.float32) if X.dtype == np.float32 else None
+    C32 = None if CT32 is None else np.ascontiguousarray(CT32.T)
+    c64 = np.ascontiguousarray(c64)
+    for s in range(0, rows.shape[0], _RESCAN_TILE):
+        idx = rows[s:s + _RESCAN_TILE]
+        t = idx.shape[0]
+        # a run of consecutive rows (a block without bounds) is read as a slice
+        R = X[idx[0]:idx[0] + t] if idx[t - 1] - idx[0] == t - 1 else X[idx]
+        err_scale = err64
+        with np.errstate(over="ignore", invalid="ignore"):
+            rn = np.einsum("ij,ij->i", R, R, dtype=np.float64)
+            GT = None  # K × t: each center's products with the tile's rows are contiguous
+            if CT32 is not None:
+                GT = C32 @ R.T
+                err_scale = 1.2e-7 * (X.shape[1] + 4)
+                if not np.isfinite(GT).all():
+                    GT, err_scale = None, err64
+            if GT is None:
+                GT = c64 @ R.T.astype(np.float64)
+        _resolve_rows(X, idx, centers, CT, GT, rn, cn, err_scale, labels, upper, lower, eps)
 
 
 @njit(nogil=True, cache=True)
 def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, d2
     """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
-    returns (label, upper bound, distances computed).  ``a = -1``: full scan."""
+    returns (label, upper bound, distances computed)."""
     k = centers.shape[0]
     computed = 0
-    if a < 0:
-        a, best2, _ = _scan(X, r, CT, d2)
-        for j in range(k):
-            lows[j] = np.sqrt(d2[j]) * (1.0 - eps)
-        return a, np.sqrt(best2) * (1.0 + eps), k
     tight = False
     a2 = 0.0
     for j in range(k):
@@ -225,31 +394,36 @@ def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, 
 
 
 @njit(nogil=True, cache=True)
-def _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, eps):  # OUT labels, upper, lower
+def _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, eps, todo):  # OUT labels, upper, lower, todo
     """Move every row's bounds by the centers' shifts, then :func:`_elkan_row` where
-    ``u < s_a`` does not already settle it; the number of distances computed."""
+    ``u < s_a`` does not already settle it; rows without bounds (label -1) are
+    listed in ``todo`` for :func:`_rescan`.  Returns (distances computed,
+    number of rows listed)."""
     k = centers.shape[0]
     computed = 0
+    m = 0
     d2 = np.empty(k)
     for r in range(X.shape[0]):
         a = labels[r]
         lows = lower[r]
-        u = 0.0
-        if a >= 0:
-            for j in range(k):
-                lo = lows[j] - shift[j]
-                if np.isfinite(lo):
-                    lo = lo - eps * (abs(lows[j]) + shift[j])
-                lows[j] = lo
-            u = (upper[r] + shift[a]) * (1.0 + eps)
-            if u < half_sep[a]:
-                upper[r] = u
-                continue
+        if a < 0:
+            todo[m] = r
+            m += 1
+            continue
+        for j in range(k):
+            lo = lows[j] - shift[j]
+            if np.isfinite(lo):
+                lo = lo - eps * (abs(lows[j]) + shift[j])
+            lows[j] = lo
+        u = (upper[r] + shift[a]) * (1.0 + eps)
+        if u < half_sep[a]:
+            upper[r] = u
+            continue
         a, u, c = _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps)
         labels[r] = a
         upper[r] = u
         computed += c
-    return computed
+    return computed, m
 
 
 @njit(nogil=True, cache=True)
@@ -323,7 +497,12 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     computed = 0
     if n:
         CT = np.ascontiguousarray(centers.T, dtype=np.float64)
-        computed = _hamerly_rows(X, centers, CT, labels, upper, lower, shift, half_sep, _EPS)
+        todo = np.empty(n, dtype=np.int64)
+        computed, m = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS,
+                                    todo)
+        if m:
+            _rescan(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
+            computed += m * k
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):
@@ -380,7 +559,12 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     computed = 0
     if n:
         CT = np.ascontiguousarray(centers.T, dtype=np.float64)
-        computed = _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc, _EPS)
+        todo = np.empty(n, dtype=np.int64)
+        computed, m = _elkan_rows(X, centers, CT, labels, upper, lower, shift, half_sep, cc,
+                                  _EPS, todo)
+        if m:
+            _rescan(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
+            computed += m * k
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):

@@ -8,9 +8,10 @@ one pass to the next:
 
 - X persisted (held in the workers' memory): the state of block ``i`` is a
   persisted task result on the worker that computed it, next to the block;
-- X re-read every pass (``persist=False``): the state of block ``i`` is a file
-  beside the data (:mod:`dqkm.data.row_state`), in a directory this module
-  creates and removes, so memory stays bounded by a few chunks per worker.
+- X re-read every pass (``persist=False``): the state of block ``i`` is chunk
+  ``i`` of a Zarr sidecar chunk-aligned with X (:mod:`dqkm.data.row_state`),
+  in a directory this module creates and removes, so memory stays bounded by a
+  few chunks per worker.
 
 Exactness does not depend on the state surviving.  The bounds of a block are
 valid for the centers they were last updated with (:attr:`BoundedPasses.valid_for`)
@@ -43,8 +44,9 @@ from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import Task, TaskRef
 
-from ..data.row_state import (create_state_directory, read_block_state, remove_block_states,
-                              remove_state_directory, write_block_state)
+from ..data.row_state import (create_generation, create_state_directory, read_block_state,
+                              remove_block_states, remove_generation, remove_state_directory,
+                              write_block_state)
 from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
 from .engine import _tree_tasks, active_client, broadcast, compute
 from .finite import describe_bad, first_bad, raise_bad
@@ -144,7 +146,8 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
         if spec["read"] is not None:
             state = _unpack(read_block_state(spec["directory"], spec["read"], index,
                                              (n, 2 + (1 if kind == "hamerly" else k))), n, k, kind)
-    if state is None or state[0].shape != (n,) or state[2].shape != lower_shape:
+    fresh = state is None or state[0].shape != (n,) or state[2].shape != lower_shape
+    if fresh:
         state = _fresh(n, k, kind)  # no bounds yet: the kernel scans every center (Lloyd)
     if kind == "hamerly":
         res = hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"])
@@ -157,7 +160,8 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
     if weights is not None and bad is None:
         sums, counts, obj = _weighted(block, labels, mind, weights, k)
     part = {"sums": sums, "counts": counts, "objective": obj, "bad": bad,
-            "skipped": int(skipped), "distances": int(n) * int(k)}
+            "skipped": int(skipped), "distances": int(n) * int(k),
+            "fresh_blocks": int(fresh and n > 0)}
     if spec["with_moments"]:
         part["moments"] = _moments(block)
     new_state = (labels, upper, lower)
@@ -171,7 +175,12 @@ def _combine(parts):
     out = _lloyd_combine(parts)
     out["skipped"] = sum(p["skipped"] for p in parts)
     out["distances"] = sum(p["distances"] for p in parts)
+    out["fresh_blocks"] = sum(p["fresh_blocks"] for p in parts)
     return out
+
+
+def _bundle(res, *states):
+    return res, list(states)
 
 
 def _alive(block_state):
@@ -240,7 +249,9 @@ class BoundedPasses:
     def step(self, centers, iteration, *, tol, tol_abs):
         """One Lloyd iteration with pruning: ``(new_centers, record, tol_abs)`` as
         :func:`~dqkm.parallel.lloyd.lloyd_step`; the record also holds
-        ``skipped``, the share of row-center distances not computed."""
+        ``skipped``, the share of row-center distances not computed, and
+        ``blocks_without_bounds``, the number of non-empty blocks that had no
+        state (the first pass, or state lost) and were scanned in full."""
         t0 = time.perf_counter()
         X = self.X
         centers = np.asarray(centers, dtype=X.dtype)
@@ -248,7 +259,7 @@ class BoundedPasses:
         geom = {"centers": np.ascontiguousarray(centers), "shift": shift, "half_sep": half_sep}
         if self.kind == "elkan":
             geom["separations"] = center_separations(centers)
-        res = self._pass(broadcast(geom, "bounds-geometry"), tol_abs is None)
+        res = self._pass(broadcast(geom, "bounds-geometry"), tol_abs is None, centers.shape[0])
         self.valid_for = centers
         if res["bad"]:
             self.reset()
@@ -264,10 +275,11 @@ class BoundedPasses:
         moved = float(((new.astype(np.float64) - centers) ** 2).sum())
         rec = {"iteration": iteration, "objective": float(res["objective"]), "shift": moved,
                "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist(),
-               "skipped": res["skipped"] / max(res["distances"], 1)}
+               "skipped": res["skipped"] / max(res["distances"], 1),
+               "blocks_without_bounds": res["fresh_blocks"]}
         return new, rec, tol_abs
 
-    def _pass(self, geom, with_moments):
+    def _pass(self, geom, with_moments, n_clusters):
         sidecar = not self.in_memory
         if sidecar and self.directory is None:
             self.directory = create_state_directory(self.base)
@@ -296,15 +308,19 @@ class BoundedPasses:
             states.append(f"{k}-state")
             parts.append(f"{k}-part")
         root = _tree_tasks(layer, parts, _combine, self.split_every, f"{name}-combine")
+        out = f"{name}-out"  # local threads: result and states in one collection (one
+        if not sidecar and client is None:  # collection's overhead, not n_blocks + 1)
+            layer[out] = Task(out, _bundle, TaskRef(root), *(TaskRef(k) for k in states))
         graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
         red = Delayed(root, graph, layer=name)
         if sidecar:
             self.written.add(self.generation + 1)
+            width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
+            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width)
             (res,) = compute(red)
             self._advance_files()
         elif client is None:  # local threads: the blocks' states stay in this process
-            res, *blocks = compute(red, *(Delayed(k, graph, layer=name) for k in states))
-            self.blocks = blocks
+            ((res, self.blocks),) = compute(Delayed(out, graph, layer=name))
         else:  # on the workers, next to the blocks that computed them
             persisted = dask.persist(*(Delayed(k, graph, layer=name) for k in states), red)
             self.blocks = list(persisted[:-1])
@@ -314,7 +330,7 @@ class BoundedPasses:
     def _advance_files(self):
         """The pass wrote generation + 1: it now holds the bounds; drop the older files."""
         if self.generation in self.written:
-            remove_block_states(self.directory, self.generation, range(len(self.xblocks)))
+            remove_generation(self.directory, self.generation, len(self.xblocks))
             self.written.discard(self.generation)
         self.generation += 1
         self.has_files = True

@@ -14,12 +14,15 @@ from functools import partial
 import numpy as np
 import scipy.sparse as sp
 
-from dask import delayed
+from dask.base import tokenize
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+from dask.task_spec import Task, TaskRef
 
 from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
-from .engine import (DEFAULT_SPLIT_EVERY, block_offsets, broadcast, compute, driver_blas,
-                     map_blocks_reduce, tree_reduce)
+from .engine import (DEFAULT_SPLIT_EVERY, _row_blocks, _tree_tasks, block_offsets, broadcast,
+                     compute, driver_blas, map_blocks_reduce)
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
 logger = logging.getLogger(__name__)
@@ -150,27 +153,37 @@ def map_reduce_weighted(X, weights, chunk, combine, *, args=(), split_every=None
     whose ``chunk(block, weight_block, *args, block_index, row_offset)`` also
     gets the weights of its rows.
 
-    ``weights`` is None (``chunk`` gets None: the pass is
-    ``map_blocks_reduce``'s own) or a 1-D Dask array with X's row chunks.
+    ``weights`` is None (``chunk`` gets None) or a 1-D Dask array with X's row
+    chunks.  Both build the same graph, as ``map_blocks_reduce`` does: one
+    task per row block (reading its weight block by reference when there are
+    weights) and a tree reduction of fan-in ``split_every``.
     """
     if weights is None:
         return map_blocks_reduce(X, chunk, combine, args=(None, *args), split_every=split_every,
                                  with_offsets=True, name=name)
-    if X.ndim == 2 and X.numblocks[1] != 1:
-        raise ValueError("X must be chunked along rows only; got chunks "
-                         f"{X.chunks[1]} along features. Fix it with X.rechunk({{1: -1}}).")
+    blocks = _row_blocks(X)
     if weights.chunks[0] != X.chunks[0]:
         raise ValueError(f"the weights' chunks {weights.chunks[0]} are not X's row chunks "
                          f"{X.chunks[0]}; rechunk them with weights.rechunk((X.chunks[0],)).")
-    xb = np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1)
-    wb = np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1)
+    wblocks = list(np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1))
+    split_every = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
     offsets = block_offsets(X.chunks[0])
-    task = delayed(chunk, pure=True)
-    parts = [task(xb[i], wb[i], *args, i, int(offsets[i]))
-             for i in range(len(xb))]
-    return tree_reduce(parts, combine,
-                       DEFAULT_SPLIT_EVERY if split_every is None else int(split_every),
-                       name=f"{name}-weighted")
+    states = [a for a in args if isinstance(a, Delayed)]
+    layer_name = f"dqkm-{name}-weighted-" + tokenize(X.name, weights.name, chunk, combine,
+                                                      args, split_every)
+    # broadcast state by reference (one key), small constants inline
+    task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
+    layer, parts = {}, []
+    for i, (xb, wb) in enumerate(zip(blocks, wblocks)):
+        k = f"{layer_name}-{i}"
+        layer[k] = Task(k, chunk, TaskRef(xb.key), TaskRef(wb.key), *task_args, i,
+                        int(offsets[i]))
+        parts.append(k)
+    root = _tree_tasks(layer, parts, combine, split_every, f"{layer_name}-combine")
+    # the blocks share X's (and the weights') graph: one of each brings it in
+    graph = HighLevelGraph.from_collections(layer_name, layer,
+                                            dependencies=blocks[:1] + wblocks[:1] + states)
+    return Delayed(root, graph, layer=layer_name)
 
 
 def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weight=None):
@@ -387,12 +400,8 @@ def weighted_sample_rows(X, sample_weight, n, rng, *, dense=True):
     rows come back when fewer have a positive weight.
     """
     seed = int(rng.integers(2**63 - 1))
-    wb = np.asarray(sample_weight.to_delayed(optimize_graph=True)).reshape(-1)
-    offsets = block_offsets(sample_weight.chunks[0])
-    task = delayed(_es_chunk, pure=True)
-    parts = [task(wb[i], n, seed, i, int(offsets[i])) for i in range(len(wb))]
-    d = tree_reduce(parts, partial(_es_combine, n=n), DEFAULT_SPLIT_EVERY,
-                    name="weighted-sample")
+    d = map_blocks_reduce(sample_weight, _es_chunk, partial(_es_combine, n=n), args=(n, seed),
+                          with_offsets=True, name="weighted-sample")
     ((_, idx),) = compute(d)
     idx = np.sort(idx)
     out = compute(X[idx])[0]

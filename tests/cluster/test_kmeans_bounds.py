@@ -94,8 +94,8 @@ def test_bounds_on_reread_zarr_keep_state_in_files_they_remove(tmp_path, blobs, 
         got = dqkm.KMeans(8, algorithm=algorithm, random_state=0, tol=1e-6, max_iter=60,
                           persist=False).fit(X, callback=look)
     _assert_same(got, ref)
-    # between passes: one file per block (5 blocks) of the latest pass only
-    assert seen[1] == [f"g{2:08d}-b{i:06d}.npy" for i in range(5)]
+    # between passes: the Zarr sidecar of the latest pass only, one chunk per block (5 blocks)
+    assert seen[1] == sorted(["zarr.json"] + ["0"] * 5)
     assert list(scratch.iterdir()) == []  # the fit removed what it wrote
     assert max(h["skipped"] for h in got.history_) > 0.5
     # persisted, the same fit keeps the state in memory and writes no file
@@ -259,3 +259,63 @@ def test_algorithm_is_not_in_the_checkpoint_identity(blobs):
     X = da.from_array(blobs, chunks=1000)
     assert "algorithm" not in algo.identity(X)
     assert pbounds.held_in_memory(X.persist())
+
+
+@pytest.mark.distributed
+def test_sidecar_is_zarr_aligned_with_x_and_survives_a_killed_worker(tmp_path, blobs):
+    """With X re-read, every pass's bounds are a Zarr array whose chunks are X's
+    row blocks; a worker killed mid-pass loses none of them: the retried task
+    reads the previous pass's chunk from disk, so no block is scanned in full
+    after the first pass, and the fit is Lloyd's."""
+    import zarr
+    from distributed import Client, LocalCluster
+
+    da.from_array(blobs, chunks=700).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    ref = _fit(X, "lloyd", persist=False)
+    counter = str(tmp_path / "reads")
+    Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    layouts = []
+
+    def look(record, state):
+        (state_dir,) = scratch.iterdir()
+        (gen,) = state_dir.iterdir()
+        z = zarr.open_array(str(gen), mode="r")
+        layouts.append((z.shape, z.chunks, z.dtype, bool(np.isnan(z[:, 0]).any())))
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client, dask.config.set({"temporary-directory": str(scratch)}):
+        pids = set(client.run(os.getpid).values())
+        got = dqkm.KMeans(8, algorithm="hamerly", random_state=0, tol=1e-6, max_iter=60,
+                          persist=False).fit(Xk, callback=look)
+        assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
+    with open(counter) as f:
+        assert len(f.read()) > KILL_AT  # chunk 3 was read again after the kill
+    assert set(layouts) == {((4000, 3), (700, 3), np.dtype(np.float64), False)}
+    assert got.history_[0]["blocks_without_bounds"] == 6
+    assert [h["blocks_without_bounds"] for h in got.history_[1:]] == [0] * (got.n_iter_ - 1)
+    np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
+    assert got.inertia_ == ref.inertia_ and got.n_iter_ == ref.n_iter_
+    assert list(scratch.iterdir()) == []
+
+
+def test_sidecar_of_irregular_chunks_has_one_chunk_per_block(tmp_path):
+    from dqkm.data import row_state
+
+    d = row_state.create_state_directory(tmp_path)
+    chunks = (5, 0, 3, 7)
+    row_state.create_generation(d, 1, chunks, 3)
+    for i, n in enumerate(chunks):
+        assert row_state.write_block_state(d, 1, i, np.full((n, 3), float(i)))
+    for i, n in enumerate(chunks):
+        np.testing.assert_array_equal(row_state.read_block_state(d, 1, i, (n, 3)),
+                                      np.full((n, 3), float(i)))
+    assert row_state.read_block_state(d, 1, 0, (4, 3)) is None  # not of the shape asked
+    row_state.remove_block_states(d, 1, [2])
+    assert row_state.read_block_state(d, 1, 2, (3, 3)) is None  # a lost chunk: no state
+    (tmp_path / "mine.txt").write_text("not dqkm's")
+    row_state.remove_state_directory(d, [1], len(chunks))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

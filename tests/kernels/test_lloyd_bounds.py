@@ -146,3 +146,35 @@ def test_elkan_refuses_mismatched_separations():
     with pytest.raises(ValueError, match=r"must have shapes \(5,\), \(5,\) and \(5, 2\)"):
         elkan_partials(X, C, np.zeros(5), np.zeros(5), np.zeros(5), shift, half_sep,
                        center_separations(C))
+
+
+@pytest.mark.parametrize("kind", ["hamerly", "elkan"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rescan_by_gemm_gives_the_exact_labels_on_near_ties_far_from_the_origin(kind, dtype):
+    """Rows without bounds are scanned by one GEMM per tile of rows, whose
+    rounding (float32 X: float32 products) is far above the gaps here: every
+    row lies almost midway between two centers 1e4 from the origin.  The labels
+    must still be those of the exact float64 distances (lowest index on exact
+    ties), and the bounds valid for them."""
+    rng = np.random.default_rng(7)
+    d, k, n = 8, 6, 3000
+    C = (1e4 + rng.standard_normal((k, d))).astype(dtype)
+    pair = rng.integers(0, k - 1, n)
+    t = 0.5 + rng.choice([0.0, 1e-7, -1e-7, 1e-4], n)
+    X = (C[pair] * (1 - t[:, None]) + C[pair + 1] * t[:, None]).astype(dtype)
+    X[:5] = C[2]  # exact ties with the duplicate below
+    C[3] = C[2]
+    x64, c64 = X.astype(np.float64), C.astype(np.float64)
+    exact = np.array([np.argmin([((x - c) ** 2).sum() for c in c64]) for x in x64])
+    lower0 = np.zeros(n) if kind == "hamerly" else np.zeros((n, k))
+    half_sep, shift = center_geometry(C)
+    out = _step(kind, X, C, (np.full(n, -1), np.zeros(n), lower0), shift, half_sep)
+    labels, upper, lower = out[3], out[5], out[6]
+    np.testing.assert_array_equal(labels, exact)
+    dist = np.sqrt(((x64[:, None, :] - c64[None]) ** 2).sum(-1))
+    assert np.all(upper >= dist[np.arange(n), labels])
+    if kind == "hamerly":
+        dist[np.arange(n), labels] = np.inf
+        assert np.all(lower <= dist.min(1))
+    else:
+        assert np.all(lower <= dist)
