@@ -144,6 +144,26 @@ class _CpuDurations:
             tr.write_line("%6.1f %6.1f %6.1f %14.1f  %s" % row)
         tr.write_line("%6.1f %6.1f %6.1f %14.1f  (all %d tests)"
                       % (*(sum(r[i] for r in self.rows) for i in range(4)), len(self.rows)))
+        tr.write_line("dqkm kernels this process compiled or loaded for several signatures "
+                      "(each one compiles once on a cold cache):")
+        for name, sigs in self._signatures():
+            shown = " | ".join("(" + ", ".join(map(str, sig)) + ")" for sig in sigs)
+            tr.write_line(f"  {len(sigs):3d} {name}: {shown[:400]}")
+
+    @staticmethod
+    def _signatures():
+        import sys
+
+        from numba.extending import is_jitted
+
+        found = {}
+        for mod_name, mod in list(sys.modules.items()):
+            if mod_name.startswith("dqkm.") and mod is not None:
+                for attr, obj in list(vars(mod).items()):
+                    if is_jitted(obj) and len(obj.signatures) > 1:
+                        found[f"{obj.py_func.__module__}.{obj.py_func.__name__}"] = \
+                            obj.signatures
+        return sorted(found.items(), key=lambda kv: -len(kv[1]))
 
 
 def pytest_configure(config):
