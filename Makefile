@@ -32,8 +32,11 @@ $(VENV)/.installed-bench: pyproject.toml | $(PY)
 demo: $(VENV)/.installed-demo
 	$(PY) -m dqkm demo
 
+# The CPU table at the end (tests/conftest.py, --cpu-durations) shows where the time
+# goes: CPU does not grow with the machine's load, and a fresh clone's cold numba
+# cache shows up as compile seconds in the test that first calls each kernel.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --cpu-durations=30
 
 # The quick part: no test that starts a cluster, none over ~10 s (markers in tests/conftest.py).
 test-fast: $(VENV)/.installed-test

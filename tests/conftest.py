@@ -14,6 +14,9 @@ quick rest; ``make test`` runs everything.
 
 import ast
 import logging
+import os
+import resource
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,6 +86,90 @@ def pytest_collection_modifyitems(config, items):
         if ("processes" in facts or item.path.name in _SLOW_MODULES) \
                 and "slow" not in item.keywords:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-durations", type=int, default=None, metavar="N",
+        help="list the N tests that took the most CPU time (0: all): wall seconds, CPU "
+             "seconds of this process, of the child processes it reaped during the test "
+             "(subprocesses, worker processes of clusters the test closed), and the "
+             "CPU seconds this process spent compiling numba kernels (a cold cache compiles "
+             "each signature once per run, in whichever test first calls it)")
+
+
+class _CpuDurations:
+    """The ``--cpu-durations`` report.  CPU time does not grow with the machine's load
+    as wall time does, and compile time shows where a cold numba cache costs."""
+
+    def __init__(self, n):
+        from numba.core import event
+
+        self.n, self.rows, self.depth, self.t0, self.compiled = n, [], 0, 0.0, 0.0
+        report = self
+
+        class Listener(event.Listener):  # a compile's callees count once, in their caller
+            def on_start(self, ev):
+                report.depth += 1
+                if report.depth == 1:
+                    report.t0 = time.process_time()
+
+            def on_end(self, ev):
+                report.depth -= 1
+                if report.depth == 0:
+                    report.compiled += time.process_time() - report.t0
+
+        event.register("numba:compile", Listener())
+
+    @staticmethod
+    def _cpu():
+        own, children = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        (own, children), wall, compiled = self._cpu(), time.perf_counter(), self.compiled
+        yield
+        own1, children1 = self._cpu()
+        self.rows.append((time.perf_counter() - wall, own1 - own, children1 - children,
+                          self.compiled - compiled, item.nodeid))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        rows = sorted(self.rows, key=lambda r: -(r[1] + r[2]))
+        tr.section("CPU durations (seconds)")
+        tr.write_line("  wall    cpu  child  numba-compile  test")
+        for row in rows[:self.n or None]:
+            tr.write_line("%6.1f %6.1f %6.1f %14.1f  %s" % row)
+        tr.write_line("%6.1f %6.1f %6.1f %14.1f  (all %d tests)"
+                      % (*(sum(r[i] for r in self.rows) for i in range(4)), len(self.rows)))
+        tr.write_line("dqkm kernels this process compiled or loaded for several signatures "
+                      "(each one compiles once on a cold cache):")
+        for name, sigs in self._signatures():
+            shown = " | ".join("(" + ", ".join(map(str, sig)) + ")" for sig in sigs)
+            tr.write_line(f"  {len(sigs):3d} {name}: {shown[:400]}")
+
+    @staticmethod
+    def _signatures():
+        import sys
+
+        from numba.extending import is_jitted
+
+        found = {}
+        for mod_name, mod in list(sys.modules.items()):
+            if mod_name.startswith("dqkm.") and mod is not None:
+                for attr, obj in list(vars(mod).items()):
+                    if is_jitted(obj) and len(obj.signatures) > 1:
+                        found[f"{obj.py_func.__module__}.{obj.py_func.__name__}"] = \
+                            obj.signatures
+        return sorted(found.items(), key=lambda kv: -len(kv[1]))
+
+
+def pytest_configure(config):
+    n = config.getoption("--cpu-durations")
+    if n is not None and os.environ.get("PYTEST_XDIST_WORKER") is None:
+        config.pluginmanager.register(_CpuDurations(n), "dqkm-cpu-durations")
 
 
 @pytest.fixture(scope="session")
