@@ -66,12 +66,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, tdot
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
 from ._palm_chains import _Chains, fmul, ftmul, splincol_step, support_step
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
-from .projections import (_SORT_ABOVE, Splincol, _as_constraints, _check_bool, _check_int, default_constraints,
-                          default_shapes)
+from .projections import (_SORT_ABOVE, Splincol, _as_constraints, _check_bool, _check_int,
+                          default_constraints, default_shapes)
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
@@ -330,8 +330,11 @@ def _objective(st, ctx, fac):
         lin = ctx.lin(fac)
         if ctx.GL.ndim == 1:
             quad = float(np.vdot(ctx.GL[:, None] * S, SGR))
-        elif st.through:  # ⟨GL S, S GR⟩ with GL S = (Sᵀ GL)ᵀ (GL symmetric), no copy
-            quad = tdot(st.tmul(fac, ctx.GL), SGR)
+        elif st.through:  # ⟨GL S, S GR⟩ = ⟨GL, S GR Sᵀ⟩: the next GR, kept for the fold
+            G2 = (fac.times_t(SGR) if _tiled(st, SGR)
+                  else st.mul(fac, np.ascontiguousarray(SGR.T)))
+            quad = float(np.vdot(ctx.GL, G2))
+            return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, (SGR, G2)
         else:
             quad = float(np.vdot(st.tmul(fac, ctx.GL).T, SGR))
         extra = SGR
@@ -435,11 +438,14 @@ def _sweep(st, guard):
                 Tt, GR = SGR_new
             else:
                 Tt = st.mul(fac, Tt)
-                if SGR_new is None:
-                    SGR_new = st.mul(fac, GR)
-                # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
-                GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
-                      else st.mul(fac, np.ascontiguousarray(SGR_new.T)))
+                if isinstance(SGR_new, tuple):  # S GR Sᵀ formed by the objective
+                    GR = SGR_new[1]
+                else:
+                    if SGR_new is None:
+                        SGR_new = st.mul(fac, GR)
+                    # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
+                    GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
+                          else st.mul(fac, np.ascontiguousarray(SGR_new.T)))
         last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
     f0, lin, quad, _ = _objective(st, last_ctx, facs[0])
