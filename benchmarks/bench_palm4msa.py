@@ -241,14 +241,20 @@ def init_row(n):
 SPEED_NOTES = """What is measured: `--speed` runs palm4MSA iterations (adaptive step, safeguard on, the
 QK-means setting) on a K = D random Gaussian target, Splincol(5) factors, Q = log2 K,
 from the same 2-iteration warm start, once through the sparse factors (the default
-`method="factors"`: the gradient through the left chain in one tiled kernel, the
-Grams updated by one-factor products without transposed copies) and once with the
-dense reference path (`method="dense"`, the implementation that formed r×K×c products
-of the factor chains, kept unchanged); seconds per iteration
-are medians of the time between callbacks, single-threaded BLAS for both.  The errors
-after the same iterations agree to rounding (the reference forms its gradient in
-float32).  The hierarchical row is the initial factorisation as `QKMeans` runs it with
-its defaults (`palm_iter_init=300` as the cap, `split_tol=1e-3`).
+`method="factors"`) and once with the dense reference path (`method="dense"`, the
+implementation that forms r×K×c products of the factor chains, kept unchanged), one
+after the other for each size in the same process; seconds per iteration are medians of
+the time between callbacks from the second iteration on (set-up and the first
+iteration's one-off costs left out), single-threaded BLAS and numba for both.  The
+through-the-factors path applies the left chain as sparse operators for the gradient
+(one tiled float32 kernel), keeps every factor as CSR arrays next to its dense array,
+forms one-factor products as gathers (`Sᵀ` through its own transposed CSR arrays, no
+scatter), computes a Splincol step in one fused kernel (no dense step, mask or
+dense-to-CSR conversion; the same entries and ties as the projection), and takes the
+objective's quadratic term as ⟨GL, S·GR·Sᵀ⟩, whose `S·GR·Sᵀ` is the next right Gram
+when the candidate is accepted.  The errors after the same iterations agree to
+rounding (the reference forms its gradient in float32).  pyfaust is not installed in
+this environment (its column says so).
 
 QK-means variants and defaults:
 
