@@ -291,9 +291,11 @@ def speed_main(args, pf):
     print("| " + " | ".join(head) + " |")
     rows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
     ihead = ["hierarchical init, K × D", "Q", "seconds", "rel. error", "global iterations"]
-    print("| " + " | ".join(ihead) + " |")
-    irows = [init_row(args.init_size)] if args.init_size else []
-    table = markdown_table(head, rows) + "\n\n" + markdown_table(ihead, irows)
+    if args.init_size:
+        print("| " + " | ".join(ihead) + " |")
+    table = markdown_table(head, rows)
+    if args.init_size:
+        table += "\n\n" + markdown_table(ihead, [init_row(args.init_size)])
     print(table)
     if args.markdown:
         write_page("palm4msa", "palm4MSA through the sparse factors", table, notes=SPEED_NOTES)
