@@ -25,10 +25,7 @@ sweep the left quantities ``Lᵀ`` (r_q × K) and ``GL`` are built for every
 ``C = Lᵀ·T`` and ``GL·(S GR)`` (r×K×c and r×r×c), run in float32 because
 they only feed the gradient (the objective, which decides every update and
 every reported error, is evaluated in float64); every product with a sparse
-factor uses a CSR kernel, ≈ 4.7× faster than a float64 GEMM on the 128×128,
-splincol(5) factors of the benchmark (see docs/ALGORITHMS.md).  The
-wide factor (A×D) only ever meets ``A`` in two products per sweep.  Factors
-denser than ``_DENSE_ABOVE`` (e.g. hierarchical residuals) use BLAS.
+factor uses a CSR kernel.
 
 Through the factors (``method="factors"``, the default)
 ------------------------------------------------------
@@ -41,13 +38,22 @@ subtraction and ``Lᵀ`` inside two cache-resident buffers, in float32 like the
 reference's GEMMs.  It is chosen per factor when that is below the GEMMs'
 flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR row-add's).
 The Grams that remain dense (``GL``, ``GR``, needed by the float64 objective)
-are updated by products with one sparse factor whose transposes stay inside
-cache-sized tiles (``S·GR·Sᵀ = (S·GR)·Sᵀ``, ``Sᵀ·GL·S = (Sᵀ·GL)·S``), never a
-transposed dense copy.  For the last factor the objective is ``‖A − λ L S‖²``
-with ``L S`` through the chain, the errors are the product formed right to
-left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
-through the chains (``chain_gram_top_eig``).  Same iterates as
-``method="dense"`` (the reference, kept as it was) to rounding.
+and the parts ``Lᵀ``, ``A Rᵀ`` are updated by products with one CSR factor formed
+as gathers (each output row adds a few rows of the operand; ``Sᵀ`` through its
+own transposed CSR arrays, never a scatter).  A Splincol candidate
+``P(S − ∇/c')`` is one fused kernel (``_palm_chains.splincol_step``): the
+row and column top-``s`` of ``|S − ∇/c'|`` with the projection's ties, its CSR
+arrays and its norm, without forming the dense step, a mask or a CSR conversion.
+The objective's quadratic term is ``⟨GL, S·GR·Sᵀ⟩``; ``S·GR·Sᵀ`` is the next
+right Gram when the candidate is accepted (no second product).  For the last
+factor the objective is ``‖A − λ L S‖²`` with ``L S`` through the chain where
+that is cheaper, the errors are the product formed right to left through the
+factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations through the chains
+(``chain_gram_top_eig``).  Every factor of the QuicK-means layout (also the
+rectangular first ``K × A`` or last ``A × D`` one) is Splincol-sparse and goes
+through the same kernels; a factor denser than ``_DENSE_ABOVE`` (hierarchical
+residuals) is multiplied with BLAS.  Same iterates as ``method="dense"`` (the
+reference, kept as it was) to rounding.
 
 References
 ----------
@@ -66,7 +72,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, transpose
 from ._palm_chains import _Chains, fmul, ftmul, splincol_step, support_step
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
@@ -331,8 +337,7 @@ def _objective(st, ctx, fac):
         if ctx.GL.ndim == 1:
             quad = float(np.vdot(ctx.GL[:, None] * S, SGR))
         elif st.through:  # ⟨GL S, S GR⟩ = ⟨GL, S GR Sᵀ⟩: the next GR, kept for the fold
-            G2 = (fac.times_t(SGR) if _tiled(st, SGR)
-                  else st.mul(fac, np.ascontiguousarray(SGR.T)))
+            G2 = st.mul(fac, transpose(SGR) if _tiled(st, SGR) else np.ascontiguousarray(SGR.T))
             quad = float(np.vdot(ctx.GL, G2))
             return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, (SGR, G2)
         else:
@@ -395,7 +400,7 @@ def _sweep(st, guard):
             else:
                 Lt[q] = st.tmul(prev, Lt[q - 1])
                 Y = st.tmul(prev, GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
-                GL[q] = prev.times(Y) if _tiled(st, Y) else st.tmul(prev, Y.T)
+                GL[q] = st.tmul(prev, transpose(Y) if _tiled(st, Y) else Y.T)
     Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
