@@ -207,4 +207,6 @@ def test_through_factors_equals_dense_reference_above_the_tiling_threshold():
     cons = default_constraints(160, 160, sparsity=3)
     start = palm4msa(A, cons, n_iter=2, adaptive_step=True, method="dense")
     kw = dict(n_iter=4, tol=0, adaptive_step=True, init=start)
-    _same(palm4msa(A, cons, method="factors", **kw), palm4msa(A, cons, method="dense", **kw))
+    res = palm4msa(A, cons, method="factors", **kw)
+    _same(res, palm4msa(A, cons, method="dense", **kw))
+    assert np.all(np.diff(res.errors) <= 1e-9 * res.errors[0])  # the safeguard: monotone
