@@ -398,6 +398,18 @@ class _Factor:
         self._all = self.csr
         self._t = None
 
+    @classmethod
+    def from_parts(cls, dense, csr):
+        """A factor from its dense array and its CSR arrays (already consistent)."""
+        self = cls.__new__(cls)
+        self.dense = dense
+        nnz = csr[2].size
+        self.csr = csr if nnz <= _DENSE_ABOVE * dense.size else None
+        self.cost = float(nnz if self.csr is not None else dense.size)
+        self._all = csr
+        self._t = None
+        return self
+
     def csr_all(self):
         """CSR arrays also for a dense factor (for the power iterations through the chain)."""
         if self._all is None:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 from numba import njit
 
-from ._factor_apply import _csr_rows_times, choose_tile
+from ._factor_apply import _csr_rows_times, _csr_transpose, choose_tile
 
 # dtype of the products through the chains: float32, as the reference's gradient GEMMs
 # (the gradient only sets the step; every objective is evaluated in float64)
@@ -122,3 +122,163 @@ class _Chains:
                             self.indptr, self.indices, self.data, self.poffs, self.ioffs,
                             self.shapes)
         return out
+
+
+# ------------------------------------------- one-factor products of the through path
+
+
+@njit(cache=True, nogil=True)
+def _gather_mm(indptr, indices, data, X, out):  # OUT out
+    # out = S @ X for CSR S: one row-add of X's rows per stored value (a gather: each
+    # row of out is written by one loop, four values per pass)
+    _csr_rows_times(out, X, X.shape[1], indptr, indices, data, 0, 0, out.shape[0])
+
+
+def fmul(fac, X):
+    """``S @ X`` (X of shape c × p) for a :class:`._factor_apply._Factor`."""
+    if fac.csr is None:
+        return fac.dense @ X
+    out = np.empty((fac.dense.shape[0], X.shape[1]))
+    _gather_mm(*fac.csr, np.ascontiguousarray(X), out)
+    return out
+
+
+def ftmul(fac, X):
+    """``Sᵀ @ X`` (X of shape r × p), a gather with ``Sᵀ``'s CSR arrays (built once)."""
+    if fac.csr is None:
+        return fac.dense.T @ X
+    if fac._t is None:
+        fac._t = _csr_transpose(*fac.csr, fac.dense.shape[1])
+    out = np.empty((fac.dense.shape[1], X.shape[1]))
+    _gather_mm(*fac._t, np.ascontiguousarray(X), out)
+    return out
+
+
+# --------------------------------------- the Splincol step without dense intermediates
+
+
+@njit(cache=True, nogil=True)
+def _insert(bufv, bufi, row, n, s, v, idx):
+    # the insertion buffer of projections._rows_topk_mask / _cols_topk_mask (same ties:
+    # an equal magnitude arriving later never displaces a kept one); returns the new count
+    if n == s:
+        if v <= bufv[row, s - 1]:
+            return n
+        p = s - 1
+    else:
+        p = n
+        n += 1
+    while p > 0 and bufv[row, p - 1] < v:
+        bufv[row, p] = bufv[row, p - 1]
+        bufi[row, p] = bufi[row, p - 1]
+        p -= 1
+    bufv[row, p] = v
+    bufi[row, p] = idx
+    return n
+
+
+@njit(cache=True, nogil=True)
+def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
+    """``out = Splincol_s(S − G/cm)`` (unit Frobenius norm) in one pass over ``G``.
+
+    The union of the ``s`` largest ``|D|`` of every row and of every column, the
+    same entries and ties as ``Splincol._mask`` on the dense ``D = S − G/cm``
+    (``D`` is recomputed, never stored).  Returns the CSR arrays of ``out``
+    (column indices sorted in each row, exact zeros dropped).
+    """
+    r, c = S.shape
+    rv = np.empty((1, s))
+    ri = np.empty((r, s), dtype=np.int64)
+    rn = np.zeros(r, dtype=np.int64)
+    cv = np.empty((c, s))
+    ci = np.empty((c, s), dtype=np.int64)
+    cn = np.zeros(c, dtype=np.int64)
+    for i in range(r):
+        Si = S[i]
+        Gi = G[i]
+        n = 0
+        for j in range(c):
+            v = abs(Si[j] - Gi[j] / cm)
+            n = _insert(rv, ri[i:i + 1], 0, n, s, v, j)
+            cn[j] = _insert(cv, ci, j, cn[j], s, v, i)
+        rn[i] = n
+    # the union, row by row: a column's pick (i, j) is new unless j is among row i's
+    cnt = rn.copy()
+    for j in range(c):
+        for t in range(cn[j]):
+            i = ci[j, t]
+            dup = False
+            for u in range(rn[i]):
+                if ri[i, u] == j:
+                    dup = True
+                    break
+            if not dup:
+                cnt[i] += 1
+    indptr = np.zeros(r + 1, dtype=np.int64)
+    for i in range(r):
+        indptr[i + 1] = indptr[i] + cnt[i]
+    indices = np.empty(indptr[r], dtype=np.int64)
+    fill = indptr[:r].copy()
+    for i in range(r):
+        for u in range(rn[i]):
+            indices[fill[i]] = ri[i, u]
+            fill[i] += 1
+    for j in range(c):
+        for t in range(cn[j]):
+            i = ci[j, t]
+            dup = False
+            for u in range(rn[i]):
+                if ri[i, u] == j:
+                    dup = True
+                    break
+            if not dup:
+                indices[fill[i]] = j
+                fill[i] += 1
+    return _finish_rows(S, G, cm, indptr, indices, out)
+
+
+@njit(cache=True, nogil=True)
+def support_step(S, G, cm, indptr0, indices0, out):  # OUT out (zeros on entry)
+    """``out = (S − G/cm)`` on the CSR support ``(indptr0, indices0)``, unit norm;
+    returns its CSR arrays as :func:`splincol_step`."""
+    return _finish_rows(S, G, cm, indptr0.copy(), indices0.copy(), out)
+
+
+@njit(cache=True, nogil=True)
+def _finish_rows(S, G, cm, indptr, indices, out):  # OUT out, indices (sorted per row)
+    r = S.shape[0]
+    data = np.empty(indices.size)
+    tot = 0.0
+    for i in range(r):
+        a, b = indptr[i], indptr[i + 1]
+        for p in range(a + 1, b):  # insertion sort of a short row
+            v = indices[p]
+            q = p
+            while q > a and indices[q - 1] > v:
+                indices[q] = indices[q - 1]
+                q -= 1
+            indices[q] = v
+        for p in range(a, b):
+            j = indices[p]
+            v = S[i, j] - G[i, j] / cm
+            data[p] = v
+            tot += v * v
+    norm = np.sqrt(tot)
+    # drop exact zeros (as a dense-to-CSR conversion would) and normalise
+    k = 0
+    start = 0
+    for i in range(r):
+        end = indptr[i + 1]
+        for p in range(start, end):
+            v = data[p]
+            if v != 0.0:
+                if norm > 0.0:
+                    v = v / norm
+                j = indices[p]
+                indices[k] = j
+                data[k] = v
+                out[i, j] = v
+                k += 1
+        start = end
+        indptr[i + 1] = k
+    return indptr, indices[:k].copy(), data[:k].copy()

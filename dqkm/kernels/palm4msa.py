@@ -25,10 +25,7 @@ sweep the left quantities ``Lᵀ`` (r_q × K) and ``GL`` are built for every
 ``C = Lᵀ·T`` and ``GL·(S GR)`` (r×K×c and r×r×c), run in float32 because
 they only feed the gradient (the objective, which decides every update and
 every reported error, is evaluated in float64); every product with a sparse
-factor uses a CSR kernel, ≈ 4.7× faster than a float64 GEMM on the 128×128,
-splincol(5) factors of the benchmark (see docs/ALGORITHMS.md).  The
-wide factor (A×D) only ever meets ``A`` in two products per sweep.  Factors
-denser than ``_DENSE_ABOVE`` (e.g. hierarchical residuals) use BLAS.
+factor uses a CSR kernel.
 
 Through the factors (``method="factors"``, the default)
 ------------------------------------------------------
@@ -41,13 +38,22 @@ subtraction and ``Lᵀ`` inside two cache-resident buffers, in float32 like the
 reference's GEMMs.  It is chosen per factor when that is below the GEMMs'
 flops divided by ``_GEMM_GAIN`` (a GEMM flop is cheaper than a CSR row-add's).
 The Grams that remain dense (``GL``, ``GR``, needed by the float64 objective)
-are updated by products with one sparse factor whose transposes stay inside
-cache-sized tiles (``S·GR·Sᵀ = (S·GR)·Sᵀ``, ``Sᵀ·GL·S = (Sᵀ·GL)·S``), never a
-transposed dense copy.  For the last factor the objective is ``‖A − λ L S‖²``
-with ``L S`` through the chain, the errors are the product formed right to
-left through the factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations
-through the chains (``chain_gram_top_eig``).  Same iterates as
-``method="dense"`` (the reference, kept as it was) to rounding.
+and the parts ``Lᵀ``, ``A Rᵀ`` are updated by products with one CSR factor formed
+as gathers (each output row adds a few rows of the operand; ``Sᵀ`` through its
+own transposed CSR arrays, never a scatter).  A Splincol candidate
+``P(S − ∇/c')`` is one fused kernel (``_palm_chains.splincol_step``): the
+row and column top-``s`` of ``|S − ∇/c'|`` with the projection's ties, its CSR
+arrays and its norm, without forming the dense step, a mask or a CSR conversion.
+The objective's quadratic term is ``⟨GL, S·GR·Sᵀ⟩``; ``S·GR·Sᵀ`` is the next
+right Gram when the candidate is accepted (no second product).  For the last
+factor the objective is ``‖A − λ L S‖²`` with ``L S`` through the chain where
+that is cheaper, the errors are the product formed right to left through the
+factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations through the chains
+(``chain_gram_top_eig``).  Every factor of the QuicK-means layout (also the
+rectangular first ``K × A`` or last ``A × D`` one) is Splincol-sparse and goes
+through the same kernels; a factor denser than ``_DENSE_ABOVE`` (hierarchical
+residuals) is multiplied with BLAS.  Same iterates as ``method="dense"`` (the
+reference, kept as it was) to rounding.
 
 References
 ----------
@@ -66,12 +72,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, tdot
-from ._palm_chains import _Chains
+from ._factor_apply import _Factor, _chain_top_eig, _support_dot, _top_eig, transpose
+from ._palm_chains import _Chains, fmul, ftmul, splincol_step, support_step
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
-from .projections import (_as_constraints, _check_bool, _check_int, default_constraints,
-                          default_shapes)
+from .projections import (_SORT_ABOVE, Splincol, _as_constraints, _check_bool, _check_int,
+                          default_constraints, default_shapes)
 from .sparse_factors import SparseFactors
 
 __all__ = ["Palm4MSAResult", "palm4msa", "default_shapes", "default_constraints"]
@@ -125,7 +131,7 @@ def _chain_error(A, d, facs, lam):
     """``‖A − λ·diag(d)·S1···SQ‖_F``, the product formed right to left through the factors."""
     P = facs[-1].dense
     for f in reversed(facs[:-1]):
-        P = f.mul(P)
+        P = fmul(f, P)
     return float(np.linalg.norm(A - lam * (d[:, None] * P)))
 
 
@@ -170,6 +176,14 @@ class _State:
         for v in self.vL + self.vR:
             v /= np.linalg.norm(v)
 
+    def mul(self, fac, X):
+        """``S @ X``: the gather kernel on the through path, the reference's otherwise."""
+        return fmul(fac, X) if self.through else fac.mul(X)
+
+    def tmul(self, fac, X):
+        """``Sᵀ @ X``, as :meth:`mul`."""
+        return ftmul(fac, X) if self.through else fac.tmul(X)
+
 
 def _project(cons, D, support=None):
     """``cons(D)``, or ``D`` restricted to a given boolean ``support``; unit norm."""
@@ -179,6 +193,23 @@ def _project(cons, D, support=None):
     if norm > 0:
         P /= norm
     return P
+
+
+def _step(st, q, fac, grad, cm, support=False):
+    """The candidate ``P_q(S − grad/cm)`` (``support``: on the support of ``S``) as a
+    :class:`_Factor`; on the through path a Splincol step is one fused kernel that
+    forms neither ``D`` nor a mask (same entries, values to rounding)."""
+    cons = st.constraints[q]
+    if (st.through and grad.dtype == np.float64 and type(cons) is Splincol
+            and cons.s < min(cons.shape) and cons.s <= _SORT_ABOVE):
+        out = np.zeros(fac.dense.shape)
+        if support:
+            csr = support_step(fac.dense, grad, cm, *fac.csr_all()[:2], out)
+        else:
+            csr = splincol_step(fac.dense, grad, cm, cons.s, out)
+        return _Factor.from_parts(out, csr)
+    D = fac.dense - grad / cm
+    return _Factor(_project(cons, D, (fac.dense != 0.0) if support else None))
 
 
 class _Ctx:
@@ -219,7 +250,7 @@ class _Ctx:
 def _left_apply(st, q, X):
     """``L X`` with ``L = diag(d)·S1···S_{q-1}`` (the current left factors), X dense."""
     for j in range(q - 1, -1, -1):
-        X = st.facs[j].mul(X)
+        X = st.mul(st.facs[j], X)
     return st.d[:, None] * X
 
 
@@ -227,7 +258,7 @@ def _left_tapply(st, q, Y):
     """``Lᵀ Y`` through the left factors, Y dense (K × p)."""
     Y = st.d[:, None] * Y
     for j in range(q):
-        Y = st.facs[j].tmul(Y)
+        Y = st.tmul(st.facs[j], Y)
     return Y
 
 
@@ -289,8 +320,8 @@ def _objective(st, ctx, fac):
         lin, quad = float(np.vdot(st.A, LS)), float(np.vdot(LS, LS))
         return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, None
     if ctx.GR is None:
-        SAt = fac.mul(ctx.Rt)
-        SSt = fac.times_t(S) if _tiled(st, S) else fac.mul(np.ascontiguousarray(S.T))
+        SAt = st.mul(fac, ctx.Rt)
+        SSt = fac.times_t(S) if _tiled(st, S) else st.mul(fac, np.ascontiguousarray(S.T))
         if ctx.Lt.ndim == 1:
             lin = float(np.dot(ctx.Lt, np.diagonal(SAt)))
         else:
@@ -301,14 +332,16 @@ def _objective(st, ctx, fac):
             quad = float(np.vdot(ctx.GL, SSt))
         extra = (SAt, SSt)
     else:
-        SGR = fac.mul(ctx.GR)
+        SGR = st.mul(fac, ctx.GR)
         lin = ctx.lin(fac)
         if ctx.GL.ndim == 1:
             quad = float(np.vdot(ctx.GL[:, None] * S, SGR))
-        elif st.through:  # ⟨GL S, S GR⟩ with GL S = (Sᵀ GL)ᵀ (GL symmetric), no copy
-            quad = tdot(fac.tmul(ctx.GL), SGR)
+        elif st.through:  # ⟨GL S, S GR⟩ = ⟨GL, S GR Sᵀ⟩: the next GR, kept for the fold
+            G2 = st.mul(fac, transpose(SGR) if _tiled(st, SGR) else np.ascontiguousarray(SGR.T))
+            quad = float(np.vdot(ctx.GL, G2))
+            return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, (SGR, G2)
         else:
-            quad = float(np.vdot(fac.tmul(ctx.GL).T, SGR))
+            quad = float(np.vdot(st.tmul(fac, ctx.GL).T, SGR))
         extra = SGR
     return st.normA2 - 2.0 * st.lam * lin + st.lam**2 * quad, lin, quad, extra
 
@@ -327,13 +360,11 @@ def _guarded_update(st, q, fac, grad, c, ctx):
     ``scale[q]`` is reset to 1.
     """
     cons = st.constraints[q]
-    old = fac.dense != 0.0
-    supports = [None] if cons.is_exact else [None, old]
+    supports = [False] if cons.is_exact else [False, True]
     mult = st.scale[q]
     while True:
-        D = fac.dense - grad / (c * mult)
         for support in supports:
-            new = _Factor(_project(cons, D, support))
+            new = _step(st, q, fac, grad, c * mult, support)
             f_new, _, _, SGR = _objective(st, ctx, new)
             if f_new <= st.f:
                 st.f = f_new
@@ -365,11 +396,11 @@ def _sweep(st, guard):
             prev = facs[q - 1]
             if q == 1:
                 Lt[1] = np.ascontiguousarray(prev.dense.T * d[None, :])
-                GL[1] = prev.tmul(GL[0][:, None] * prev.dense)
+                GL[1] = st.tmul(prev, GL[0][:, None] * prev.dense)
             else:
-                Lt[q] = prev.tmul(Lt[q - 1])
-                Y = prev.tmul(GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
-                GL[q] = prev.times(Y) if _tiled(st, Y) else prev.tmul(Y.T)
+                Lt[q] = st.tmul(prev, Lt[q - 1])
+                Y = st.tmul(prev, GL[q - 1])  # Sᵀ GL, then Sᵀ GL S = Y·S
+                GL[q] = st.tmul(prev, transpose(Y) if _tiled(st, Y) else Y.T)
     Tt = None  # (A Rᵀ)ᵀ, c_q × K (None: Aᵀ)
     GR = None  # R Rᵀ (None: identity)
     for q in range(Q - 1, -1, -1):
@@ -389,12 +420,12 @@ def _sweep(st, guard):
         c = _STEP_MARGIN * lam * lam * rhoL * rhoR
         SGR_new = None  # S_new · GR, when already computed
         if c > 0.0:
-            SGR = fac.dense if GR is None else fac.mul(GR)
+            SGR = fac.dense if GR is None else st.mul(fac, GR)
             grad = _gradient(st, q, fac, SGR, ctx)
             if guard and st.feasible[q]:
                 fac, SGR_new = _guarded_update(st, q, fac, grad, c, ctx)
             else:
-                fac = _Factor(_project(st.constraints[q], fac.dense - grad / c))
+                fac = _step(st, q, fac, grad, c)
                 st.feasible[q] = True
                 if guard:
                     st.f, _, _, SGR_new = _objective(st, ctx, fac)
@@ -407,16 +438,19 @@ def _sweep(st, guard):
             # fold the (new) factor into the right part for factor q − 1
             if GR is None:
                 if SGR_new is None:
-                    SGR_new = (fac.mul(st.At), fac.times_t(fac.dense) if _tiled(st, fac.dense)
-                               else fac.mul(np.ascontiguousarray(fac.dense.T)))
+                    SGR_new = (st.mul(fac, st.At), fac.times_t(fac.dense) if _tiled(st, fac.dense)
+                               else st.mul(fac, np.ascontiguousarray(fac.dense.T)))
                 Tt, GR = SGR_new
             else:
-                Tt = fac.mul(Tt)
-                if SGR_new is None:
-                    SGR_new = fac.mul(GR)
-                # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
-                GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
-                      else fac.mul(np.ascontiguousarray(SGR_new.T)))
+                Tt = st.mul(fac, Tt)
+                if isinstance(SGR_new, tuple):  # S GR Sᵀ formed by the objective
+                    GR = SGR_new[1]
+                else:
+                    if SGR_new is None:
+                        SGR_new = st.mul(fac, GR)
+                    # S·GR·Sᵀ = (S GR)·Sᵀ (the through path: tiled, no transposed copy)
+                    GR = (fac.times_t(SGR_new) if _tiled(st, SGR_new)
+                          else st.mul(fac, np.ascontiguousarray(SGR_new.T)))
         last_ctx = ctx
     # λ = ⟨A, Â⟩ / ‖Â‖² with Â = F0·S1···SQ (Algorithm 2, line 12)
     f0, lin, quad, _ = _objective(st, last_ctx, facs[0])
