@@ -28,8 +28,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .kmm_distances import (_bounds_range, _df_range, _df_scalar, _dot_one, _insert, _row_dot,
-                            _sqdist)
+from .kmm_distances import _bounds_range, _df_range, _df_scalar, _dot_one, _row_dot, _sqdist
 
 __all__ = ["ProtoSide", "RowSide", "SearchRule", "Outputs", "neighbors_kernel"]
 
@@ -173,19 +172,22 @@ def _bounded_list(lbm, cand, thr, m):  # OUT cand
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m):  # OUT seedD, seedJ, seedE, seedP
-    """The positions of the K smallest bounds (ties: lower position) into ``seedP``."""
+def _smallest_bounds(lbm, seedD, seedP, m):  # OUT seedD, seedP
+    """The positions of the K smallest bounds, ordered by (bound, position), into
+    ``seedP`` (:func:`~dqkm.kernels.kmm_distances._insert`'s order and loop, written
+    out: an inlined call would copy its arrays for each insertion)."""
     K = seedP.shape[0]
     for k in range(K):
         seedD[k] = np.inf
-        seedJ[k] = m
-        seedE[k] = 0.0
+        seedP[k] = m
     for j in range(m):
         v = lbm[j]
-        if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
-            _insert(seedD, seedJ, seedE, v, j, 0.0)
-    for k in range(K):
-        seedP[k] = seedJ[k]
+        if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedP[K - 1]):
+            k = K - 1
+            while k > 0 and (seedD[k - 1] > v or (seedD[k - 1] == v and seedP[k - 1] > j)):
+                seedD[k], seedP[k] = seedD[k - 1], seedP[k - 1]
+                k -= 1
+            seedD[k], seedP[k] = v, j
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -302,7 +304,12 @@ def _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule, n_cand, th
         if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
             if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
                 track = min(track, topE[K - 1] * (1.0 - margin))
-            _insert(topD, topJ, topE, D, j, e)
+            # _insert's loop, written out: an inlined call would copy the three arrays
+            k = K - 1
+            while k > 0 and (topD[k - 1] > D or (topD[k - 1] == D and topJ[k - 1] > j)):
+                topD[k], topJ[k], topE[k] = topD[k - 1], topJ[k - 1], topE[k - 1]
+                k -= 1
+            topD[k], topJ[k], topE[k] = D, j, e
         else:
             track = min(track, e * (1.0 - margin))
         t += 1
@@ -344,7 +351,7 @@ def neighbors_kernel(rows, protos, rule, out):  # OUT out
     # the row's buffers: the K nearest so far (D, index, D_E), the seeds, the row in
     # float64, and per prototype f·g, β·D_F (0 with β = 0), x̃·ã, the bound, the list
     top = (np.empty(K), np.empty(K, np.int64), np.empty(K))
-    seed = (np.empty(K), np.empty(K, np.int64), np.empty(K), np.empty(K, np.int64))
+    seed = (np.empty(K), np.empty(K, np.int64))
     buf = (np.empty(d), np.empty(m), np.zeros(m), np.empty(m), np.empty(m), np.empty(m, np.int64))
     return _search_rows(
         rows.X, rows.skip, rows.pcomp, rows.pinv, rows.f2, rows.xtn, rows.xperp, rows.xn2,
@@ -367,7 +374,7 @@ def _search_rows(X, skip, pcomp, pinv, f2, xtn, xperp, xn2, seeds, prev_low, A, 
     F, GT, qcomp, qinv, g2 = dfs
     xt, atT, atn, aperp, an2 = bds
     topD, topJ, topE = top
-    seedD, seedJ, seedE, seedP = seed
+    seedD, seedP = seed
     xi64, fg, dfv, xa, lbm, cand = buf
     idx, dist, de, keep, low = out
     n, d = X.shape
@@ -401,7 +408,7 @@ def _search_rows(X, skip, pcomp, pinv, f2, xtn, xperp, xn2, seeds, prev_low, A, 
             if stage == 1:  # the K smallest bounds, from all m
                 _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
                             seedP, cand, rule, pt, -np.inf, 0, 0, m)
-                _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m)
+                _smallest_bounds(lbm, seedD, seedP, m)
             n_cand = _seed_list(seedP, lbm, cand, stage, m)
             if stage == 0 and rule.mode != 0:
                 _df_list(F, GT, qcomp, qinv, g2, dfv, cand, 0, n_cand, rule, pt)
