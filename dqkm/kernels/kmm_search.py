@@ -2,15 +2,20 @@
 
 The inputs come as named tuples (:class:`RowSide`, :class:`ProtoSide`,
 :class:`SearchRule`) laid out by :func:`dqkm.kernels.kmm_neighbors.neighbor_problem`.
-:func:`neighbors_kernel` unpacks them once and hands the per-row functions plain
-arrays: a tuple holding arrays costs a reference count per array each time it is
-passed or read, which per row is more than the search itself at m of a few
-hundred.  Only tuples of scalars (:class:`SearchRule`, :class:`_Point`) are
-passed on.  Each row runs :func:`_first_list` (the seeds, or every prototype for the
-reference), then :func:`_scan_list` over candidate lists that :func:`_next_list`
-makes from the lower bounds, then :func:`_finish_row`.  The exact distance is
-computed in one place (in :func:`_scan_list`), so both solvers run the same machine
-code and a pair computed by both gets the same bits.
+:func:`neighbors_kernel` unpacks them once and :func:`_search_rows` runs the row
+loop.  Reference counts are what a per-row function costs when the work per row is
+small (a seeded pass that skips the scan): a tuple holding arrays costs one per
+array each time it is passed or read, and an inlined call copies each array
+argument (one up and one down).  So the loop calls each per-row function with only
+the arrays it reads, per-prototype values reach the element-wise routines as
+scalars (:func:`~dqkm.kernels.kmm_distances._df_scalar`), the insertion into the
+K nearest is written out where it runs per candidate, and only tuples of scalars
+(:class:`SearchRule`, :class:`_Point`) are passed on.  Each row scans its seeds
+(:func:`_given_seeds`, or the K smallest bounds), then the candidate lists made
+from the lower bounds (:func:`_list_range`, :func:`_bounded_list`) or from the
+prototypes that moved (:func:`_movers_list`).  The exact distance is computed in
+one place (in :func:`_scan_list`), so both solvers run the same machine code and
+a pair computed by both gets the same bits.
 
 All kernels are pure: inputs are never mutated; buffers written in place are
 marked ``# OUT``.
