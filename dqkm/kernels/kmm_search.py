@@ -437,18 +437,19 @@ def _search_rows(X, skip, pcomp, pinv, f2, xtn, xperp, xn2, seeds, prev_low, A, 
                         _df_list(F, GT, qcomp, qinv, g2, dfv, cand, 0, n_cand, rule, pt)
                     stage, thr, track, no_scan = 3, -np.inf, bound, True
                     continue
+                # the own component (then stage 2, unless it is all)
+                ranges, stage = (lo, hi, hi, hi), (2 if (lo > 0 or hi < m) else 3)
+            else:  # the other components, unless β·D_F alone exceeds the K-th D
+                stage = 3
+                if _cross_exceeds(rule, pt, cross_min[ci], thr):
+                    stop = True
+                    break
+                ranges = (0, lo, hi, m)
+            n_cand = 0
+            for r in range(2):  # one inlined copy of _list_range for both stages
                 n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv,
-                                     xa, lbm, seedP, cand, rule, pt, thr, 0, lo, hi)
-                stage = 2 if (lo > 0 or hi < m) else 3
-                continue
-            stage = 3  # the other components, unless β·D_F alone exceeds the K-th D
-            if _cross_exceeds(rule, pt, cross_min[ci], thr):
-                stop = True
-                break
-            n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa,
-                                 lbm, seedP, cand, rule, pt, thr, 0, 0, lo)
-            n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa,
-                                 lbm, seedP, cand, rule, pt, thr, n_cand, hi, m)
+                                     xa, lbm, seedP, cand, rule, pt, thr, n_cand, ranges[2 * r],
+                                     ranges[2 * r + 1])
         if no_scan:
             low[i] = track
         elif rule.pruned and not stop and topD[K - 1] < np.inf:
