@@ -15,6 +15,7 @@ docs/ALGORITHMS.md) and the eigenpairs computed vs the naive count
     .venv/bin/python benchmarks/bench_kmm.py --quick    # n = 10k only (and a smaller 'svd' run)
     .venv/bin/python benchmarks/bench_kmm.py --dense-reference   # + the dense-SVD reference at 100k
     .venv/bin/python benchmarks/bench_kmm.py --search   # the neighbour search alone (m <= 300)
+    .venv/bin/python benchmarks/bench_kmm.py --search --baseline   # ... beside the pre-split code
 
 The reference's SVD of S̃ (``svd_algorithm``): at n = 10k and on digits the
 default ('auto') is the dense LAPACK SVD, the paper's original KMM.  At n = 100k
@@ -53,7 +54,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import dqkm  # noqa: E402
 
 from _report import (add_markdown_option, capture_stdout,  # noqa: E402
-                     printed_as_markdown, write_page)
+                     machine_header, printed_as_markdown, write_page)
 
 NOTES = ("F-KMM (`solver='fast'`) against the original KMM (`solver='svd'`) and scikit-learn "
          'peers on the same data: seconds, ratio, NMI, whether the labels are identical, and '
@@ -177,9 +178,11 @@ SEARCH_CASES = (("first pass, pruned", dict(pruned=True)),
 
 def search_times(n=20_000, d=32, ms=(100, 300), mode=0, repeats=5, seed=0):
     """Median seconds of ``nearest_prototypes`` (l = 5, K = 11) per case and m, with
-    the kernels already compiled: ``{(case, m): (seconds, n_exact)}``.  Reads only
-    the public names of ``dqkm.kernels.kmm``, so the same function times any
-    version of the search (before and after a change, in one run)."""
+    the kernels already compiled: ``{(case, m): (wall, cpu, n_exact)}`` (``cpu``: the
+    calling thread's CPU time, which the search runs in; on a shared machine it
+    varies far less than the wall time).  Reads only the public names of
+    ``dqkm.kernels.kmm``, so the same function times any version of the search
+    (:func:`baseline_search_times` runs it on an earlier revision)."""
     from dqkm.kernels.kmm import SpectralTerm, nearest_prototypes, project
     from dqkm.kernels.kmm_init import svd_basis
 
@@ -205,23 +208,128 @@ def search_times(n=20_000, d=32, ms=(100, 300), mode=0, repeats=5, seed=0):
                 call = lambda kw=kw: nearest_prototypes(  # noqa: E731
                     X, A, 5, term, pruned=kw["pruned"], lb=lb, n_keep=11)  # noqa: B023
             res = call()  # compiled (and warm) before timing
-            ts = []
+            wall, cpu = [], []
             for _ in range(repeats):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 call()
-                ts.append(time.perf_counter() - t0)
-            out[(name, m)] = (float(np.median(ts)), res.n_exact)
+                cpu.append(time.thread_time() - c0)
+                wall.append(time.perf_counter() - t0)
+            out[(name, m)] = (float(np.median(wall)), float(np.median(cpu)), int(res.n_exact))
     return out
 
 
-def search_table(n=20_000, ms=(100, 300)):
-    """Prints the neighbour-search table (seconds per call, pairs computed)."""
+#: the code before dqkm/kernels/kmm.py was split into modules (the parent of the
+#: commit that split it): the baseline of ``--search``
+PRE_SPLIT = "76a7142e9b1c53a1ee9692ed6b1c718cf402e31d^"
+
+_BASELINE_RUN = """
+import json, sys
+sys.path.insert(0, {root!r})
+import dqkm
+assert dqkm.__file__.startswith({root!r}), dqkm.__file__
+sys.path.insert(1, {bench!r})
+from threadpoolctl import threadpool_limits
+import bench_kmm
+with threadpool_limits(limits=1, user_api="blas"):
+    out = bench_kmm.search_times(n={n}, ms={ms!r})
+print(json.dumps([[k[0], k[1], *v] for k, v in out.items()]))
+"""
+
+
+def export_revision(rev, dest):
+    """Writes the ``dqkm`` package of git revision ``rev`` under ``dest``."""
+    import io
+    import subprocess
+    import tarfile
+
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    tar = subprocess.run(["git", "-C", repo, "archive", "--format=tar", rev, "dqkm"],
+                         capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as f:
+        f.extractall(dest, filter="data")
+
+
+def baseline_search_times(root, n, ms):
+    """:func:`search_times` (this file's) on the ``dqkm`` under ``root``, in a fresh
+    process (the package name is taken); its numba cache is kept under ``root``."""
+    import json
+    import subprocess
+
+    code = _BASELINE_RUN.format(root=root, bench=os.path.dirname(os.path.abspath(__file__)),
+                                n=n, ms=tuple(ms))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+    return {(name, m): tuple(v) for name, m, *v in json.loads(done.stdout.splitlines()[-1])}
+
+
+def search_table(n=20_000, ms=(100, 300), baseline=None, rounds=2):
+    """Prints the neighbour-search table (ms per call, pairs computed); with a git
+    ``baseline`` revision, that code's times beside this one's, measured in
+    alternation over ``rounds`` rounds (the least median of each is kept)."""
+    import tempfile
+
     print(f"\nNeighbour search alone: nearest_prototypes, n = {n}, d = 32, β = 0, l = 5, "
-          "K = 11, median of 5 calls (compiled)\n")
-    print("| case | m | ms per call | ns per row | exact D_E |")
-    print("|---|---|---|---|---|")
-    for (name, m), (t, ex) in search_times(n=n, ms=ms).items():
-        print(f"| {name} | {m} | {1e3 * t:.2f} | {1e9 * t / n:.0f} | {ex} |", flush=True)
+          "K = 11; median of 5 calls (compiled), the least over the rounds; CPU: the "
+          "calling thread's CPU time\n")
+    if baseline is None:
+        print("| case | m | ms per call (CPU) | ms per call (wall) | ns per row (CPU) | exact D_E |")
+        print("|---|---|---|---|---|---|")
+        for (name, m), (t, c, ex) in search_times(n=n, ms=ms).items():
+            print(f"| {name} | {m} | {1e3 * c:.2f} | {1e3 * t:.2f} | {1e9 * c / n:.0f} | {ex} |",
+                  flush=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        export_revision(baseline, tmp)
+        base, now = {}, {}
+        for _ in range(rounds):
+            for res, get in ((base, lambda: baseline_search_times(tmp, n, ms)),  # noqa: B023
+                             (now, lambda: search_times(n=n, ms=ms))):
+                for key, v in get().items():
+                    res[key] = tuple(min(a, b) for a, b in zip(res.get(key, v), v))
+    print(f"baseline: `{baseline}`, {rounds} rounds\n")
+    print("| case | m | baseline ms (CPU) | now ms (CPU) | now / baseline (CPU) | "
+          "baseline ms (wall) | now ms (wall) | exact D_E (same) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, (t, c, ex) in now.items():
+        bt, bc, bex = base[key]
+        print(f"| {key[0]} | {key[1]} | {1e3 * bc:.1f} | {1e3 * c:.1f} | {c / bc:.2f}x | "
+              f"{1e3 * bt:.1f} | {1e3 * t:.1f} | {ex} ({'yes' if ex == bex else 'NO'}) |",
+              flush=True)
+
+
+SEARCH_HEADING = "## Neighbour search alone"
+
+
+def write_search_section(table):
+    """Replaces the search section of ``docs/benchmarks/kmm.md`` (from
+    :data:`SEARCH_HEADING` on) with ``table`` and its own run header; the page's
+    end-to-end tables, from their own run, are kept above it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks",
+                        "kmm.md")
+    kept = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            kept = f.read().split("\n" + SEARCH_HEADING)[0].rstrip() + "\n\n"
+    lines = [f"{SEARCH_HEADING}: the compiled kernel against the code before the split", "",
+             *machine_header(), "", SEARCH_NOTES, "", table.strip(), ""]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(kept + "\n".join(lines))
+    os.replace(tmp, path)
+    print(f"wrote {os.path.relpath(path)}")
+
+
+SEARCH_NOTES = (
+    "`nearest_prototypes` on float32 blobs (`search_times` of `benchmarks/bench_kmm.py`): the "
+    "first pruned pass, a seeded pass with the previous pass's bound after the prototypes "
+    "moved a little, and the reference that computes every D_E.  The baseline revision's "
+    "`dqkm/` is exported to a temporary directory and timed in its own process by the same "
+    "function, in alternation with the checked-out code; each time is the least, over the "
+    "rounds, of the median of 5 calls.  The ratio uses the CPU time of the calling thread "
+    "(the search runs in it), which a shared machine disturbs far less than the wall time; "
+    "both are printed.  The exact-distance counts must be equal: the search is the same, "
+    "only its code moved.")
 
 
 def main():
@@ -236,12 +344,20 @@ def main():
                     help="at n = 100k also run the reference with the dense SVD (the paper's "
                          "original KMM; ~800 MB, several minutes)")
     ap.add_argument("--search", action="store_true",
-                    help="only the neighbour-search table (nearest_prototypes, m <= 300)")
+                    help="only the neighbour-search table (nearest_prototypes, m <= 300); "
+                         "with --markdown it replaces the page's search section only")
+    ap.add_argument("--baseline", nargs="?", const=PRE_SPLIT, default=None, metavar="REV",
+                    help="with --search: time the search of git revision REV too (default: "
+                         "the code before the K-Multiple-Means split), in alternation")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="with --baseline: rounds of alternation (default 2)")
     add_markdown_option(ap)
     args = ap.parse_args()
     with capture_stdout() as out:
         _run(args)
-    if args.markdown:
+    if args.markdown and args.search:
+        write_search_section(printed_as_markdown(out.getvalue(), fenced=False))
+    elif args.markdown:
         write_page('kmm', 'K-Multiple-Means: F-KMM against the original KMM',
                    printed_as_markdown(out.getvalue(), fenced=False),
                    notes=NOTES)
@@ -253,7 +369,7 @@ def _run(args):
           f"{args.reference_blas_threads}), cores {os.cpu_count()}")
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
         if args.search:
-            return search_table()
+            return search_table(baseline=args.baseline, rounds=args.rounds)
         Xw, yw = make_blobs(300, 8, centers=3, random_state=0)
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2).fit(Xw)  # numba warm-up
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2, solver="svd").fit(Xw)

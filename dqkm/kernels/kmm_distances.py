@@ -222,15 +222,22 @@ def _dot_one(P, i, QT, j):
 @njit(cache=True, nogil=True, inline="always")
 def _df_one(mode, beta, ci, pi, f2i, qcomp, qinv, fgj, g2, j):
     """β·D_F[i, j] for one prototype: the expressions of :func:`_df_range`."""
+    return _df_scalar(mode, beta, ci, pi, f2i, qcomp[j], qinv[j], fgj, g2[j])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _df_scalar(mode, beta, ci, pi, f2i, qc, qi, fgj, g2j):
+    """:func:`_df_one` on the prototype's values (component ``qc``, 1/n_k ``qi``,
+    ‖g‖² ``g2j``): scalars only, so an inlined call costs no reference counts."""
     if mode == 0:
         return 0.0
-    same = ci >= 0 and qcomp[j] == ci
+    same = ci >= 0 and qc == ci
     if mode == 1:
-        return beta * (0.0 if same else 0.5 * (pi + qinv[j]))
+        return beta * (0.0 if same else 0.5 * (pi + qi))
     if mode == 3:
-        return beta * max(f2i + g2[j] - 2.0 * fgj, 0.0)
-    v_same = max(f2i + g2[j] - 2.0 * fgj, 0.0)
-    v_diff = 0.5 * (pi + qinv[j]) + f2i + g2[j]
+        return beta * max(f2i + g2j - 2.0 * fgj, 0.0)
+    v_same = max(f2i + g2j - 2.0 * fgj, 0.0)
+    v_diff = 0.5 * (pi + qi) + f2i + g2j
     return beta * (v_same if same else v_diff)
 
 

@@ -2,15 +2,20 @@
 
 The inputs come as named tuples (:class:`RowSide`, :class:`ProtoSide`,
 :class:`SearchRule`) laid out by :func:`dqkm.kernels.kmm_neighbors.neighbor_problem`.
-:func:`neighbors_kernel` unpacks them once and hands the per-row functions plain
-arrays: a tuple holding arrays costs a reference count per array each time it is
-passed or read, which per row is more than the search itself at m of a few
-hundred.  Only tuples of scalars (:class:`SearchRule`, :class:`_Point`) are
-passed on.  Each row runs :func:`_first_list` (the seeds, or every prototype for the
-reference), then :func:`_scan_list` over candidate lists that :func:`_next_list`
-makes from the lower bounds, then :func:`_finish_row`.  The exact distance is
-computed in one place (in :func:`_scan_list`), so both solvers run the same machine
-code and a pair computed by both gets the same bits.
+:func:`neighbors_kernel` unpacks them once and :func:`_search_rows` runs the row
+loop.  Reference counts are what a per-row function costs when the work per row is
+small (a seeded pass that skips the scan): a tuple holding arrays costs one per
+array each time it is passed or read, and an inlined call copies each array
+argument (one up and one down).  So the loop calls each per-row function with only
+the arrays it reads, per-prototype values reach the element-wise routines as
+scalars (:func:`~dqkm.kernels.kmm_distances._df_scalar`), the insertion into the
+K nearest is written out where it runs per candidate, and only tuples of scalars
+(:class:`SearchRule`, :class:`_Point`) are passed on.  Each row scans its seeds
+(:func:`_given_seeds`, or the K smallest bounds), then the candidate lists made
+from the lower bounds (:func:`_list_range`, :func:`_bounded_list`) or from the
+prototypes that moved (:func:`_movers_list`).  The exact distance is computed in
+one place (in :func:`_scan_list`), so both solvers run the same machine code and
+a pair computed by both gets the same bits.
 
 All kernels are pure: inputs are never mutated; buffers written in place are
 marked ``# OUT``.
@@ -28,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from .kmm_distances import _bounds_range, _df_one, _df_range, _dot_one, _insert, _row_dot, _sqdist
+from .kmm_distances import _bounds_range, _df_range, _df_scalar, _dot_one, _row_dot, _sqdist
 
 __all__ = ["ProtoSide", "RowSide", "SearchRule", "Outputs", "neighbors_kernel"]
 
@@ -122,15 +127,21 @@ class Outputs(NamedTuple):
 
 
 # --------------------------------------------------------------------------- lists
-# The per-row functions take plain arrays, in one order: the D_F side (F, GT, qcomp,
-# qinv, g2), the bound's side (xt, atT, atn, aperp, an2), then the row's buffers
-# (fg, dfv, xa, lbm, seedP, cand), then the scalar tuples (rule, pt).
+# An inlined call copies each array argument (a reference count up and down per
+# call), so the per-row functions take only the arrays they use, the kernel calls
+# them with plain arrays, and the per-prototype values reach the element-wise
+# routines as scalars.  With β = 0 (mode 0) β·D_F stays 0: ``dfv`` starts as zeros
+# and nothing computes it.
 @njit(cache=True, nogil=True, inline="always")
-def _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, j):  # OUT dfv[j]
-    """β·D_F of one prototype: the same operations as a range (same bits)."""
+def _df_list(F, GT, qcomp, qinv, g2, dfv, cand, lo, n_cand, rule, pt):  # OUT dfv
+    """β·D_F of the listed prototypes ``cand[lo:n_cand]``, one by one: the same
+    operations as a range (same bits)."""
     use_f = rule.mode == 2 or rule.mode == 3
-    fgj = _dot_one(F, pt.i, GT, j) if use_f else 0.0
-    dfv[j] = _df_one(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fgj, g2, j)
+    for u in range(lo, n_cand):
+        j = cand[u]
+        fgj = _dot_one(F, pt.i, GT, j) if use_f else 0.0
+        dfv[j] = _df_scalar(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp[j], qinv[j], fgj,
+                            g2[j])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -140,9 +151,10 @@ def _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, l
     ``n_cand``) those, not seeds, whose bound is ≤ ``thr``; returns the new count."""
     if hi <= lo:
         return n_cand
-    if rule.mode == 2 or rule.mode == 3:
-        _row_dot(F, pt.i, GT, fg, lo, hi)
-    _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, lo, hi)
+    if rule.mode != 0:
+        if rule.mode == 2 or rule.mode == 3:
+            _row_dot(F, pt.i, GT, fg, lo, hi)
+        _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, lo, hi)
     _row_dot(xt, pt.i, atT, xa, lo, hi)
     _bounds_range(pt.xi, pt.xp, xa, atn, aperp, an2, dfv, rule.margin, lbm, lo, hi)
     for k in range(seedP.shape[0]):  # seeds are computed already
@@ -155,65 +167,65 @@ def _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, l
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m):  # OUT seedD, seedJ, seedE, seedP
-    """The positions of the K smallest bounds (ties: lower position) into ``seedP``."""
-    K = seedP.shape[0]
-    for k in range(K):
-        seedD[k] = np.inf
-        seedJ[k] = m
-        seedE[k] = 0.0
+def _bounded_list(lbm, cand, thr, m):  # OUT cand
+    """Every position whose bound (computed for all m) is ≤ ``thr``; their count."""
+    n_cand = 0
     for j in range(m):
-        v = lbm[j]
-        if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedJ[K - 1]):
-            _insert(seedD, seedJ, seedE, v, j, 0.0)
-    for k in range(K):
-        seedP[k] = seedJ[k]
+        cand[n_cand] = j
+        n_cand += lbm[j] <= thr
+    return n_cand
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _first_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
-                seeds, seedD, seedJ, seedE, rule, pt, m):  # OUT the buffers
-    """The first candidate list and its stage: every prototype (reference, stage
-    3), the given seeds (stage 0) or the K smallest bounds (stage 1)."""
-    K = rule.n_keep
-    i = pt.i
-    if not rule.pruned:
-        if rule.mode == 2 or rule.mode == 3:
-            _row_dot(F, i, GT, fg, 0, m)
-        _df_range(rule.mode, rule.beta, pt.ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, 0, m)
-        for j in range(m):
-            cand[j] = j
-        return m, 3
+def _smallest_bounds(lbm, seedD, seedP, m):  # OUT seedD, seedP
+    """The positions of the K smallest bounds, ordered by (bound, position), into
+    ``seedP`` (:func:`~dqkm.kernels.kmm_distances._insert`'s order and loop, written
+    out: an inlined call would copy its arrays for each insertion)."""
+    K = seedP.shape[0]
+    for k in range(K):
+        seedD[k] = np.inf
+        seedP[k] = m
+    for j in range(m):
+        v = lbm[j]
+        if v < seedD[K - 1] or (v == seedD[K - 1] and j < seedP[K - 1]):
+            k = K - 1
+            while k > 0 and (seedD[k - 1] > v or (seedD[k - 1] == v and seedP[k - 1] > j)):
+                seedD[k], seedP[k] = seedD[k - 1], seedP[k - 1]
+                k -= 1
+            seedD[k], seedP[k] = v, j
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _given_seeds(seeds, seedP, i, m):  # OUT seedP
+    """Stage 0 with the row's seeds in ``seedP`` when it has K valid ones, else
+    stage 1 with ``seedP`` emptied (the K smallest bounds will be the seeds)."""
+    K = seedP.shape[0]
     given = seeds.shape[1] == K
     if given:
         for k in range(K):
             if seeds[i, k] < 0 or seeds[i, k] >= m:
                 given = False
-    if given:  # e.g. the previous pass's K nearest: no scan of the m bounds
-        stage = 0
-        for k in range(K):
-            seedP[k] = seeds[i, k]
-    else:  # the K smallest bounds, from all m
-        stage = 1
-        for k in range(K):
-            seedP[k] = m
-        _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP,
-                    cand, rule, pt, -np.inf, 0, 0, m)
-        _smallest_bounds(lbm, seedD, seedJ, seedE, seedP, m)
-    n_seed = 0
     for k in range(K):
+        seedP[k] = seeds[i, k] if given else m
+    return 0 if given else 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _seed_list(seedP, lbm, cand, stage, m):  # OUT lbm, cand
+    """The seeds as the first list, each once; at stage 1 their bounds are marked
+    (NaN) so that the bound lists do not take them again."""
+    n_seed = 0
+    for k in range(seedP.shape[0]):
         j = seedP[k]
         rep = j >= m
         for kk in range(k):
             rep = rep or seedP[kk] == j
         if not rep:  # a repeated seed is computed once
-            if not given:
-                lbm[j] = np.nan  # listed below from lbm: not again
+            if stage == 1:
+                lbm[j] = np.nan
             cand[n_seed] = j
             n_seed += 1
-            if given:
-                _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, j)
-    return n_seed, stage
+    return n_seed
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -237,58 +249,25 @@ def _movers(E, thr_l, mv_delta, margin, m):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _movers_list(F, GT, qcomp, qinv, g2, dfv, seedP, cand, mv_order, rule, pt,
-                 n_mv):  # OUT dfv, cand
-    """The movers that are not seeds, with their β·D_F; returns their count."""
+def _movers_list(seedP, cand, mv_order, n_mv):  # OUT cand
+    """The movers that are not seeds; their count."""
     n_cand = 0
     for u in range(n_mv):
         q = mv_order[u]
         rep = False
-        for kk in range(rule.n_keep):
+        for kk in range(seedP.shape[0]):
             rep = rep or seedP[kk] == q
         if not rep:
-            _df_at(F, GT, qcomp, qinv, g2, dfv, rule, pt, q)
             cand[n_cand] = q
             n_cand += 1
     return n_cand
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _next_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
-               topD, mv_order, mv_delta, cross_min, E, rule, pt, m, stage, lo, hi,
-               track):  # OUT the buffers
-    """The list after the current one: ``(n_cand, stage, thr, track, no_scan, stop)``.
-
-    Stage 1 (the K smallest bounds were the seeds): every bound ≤ the K-th D.
-    Stage 0 (given seeds): the movers only if the previous bound ``E`` allows it
-    (``no_scan``), else the own component's bounds (stage 2 follows when the
-    component is not all). Stage 2: the other components, or ``stop`` when
-    β·(the least D_F to them) alone exceeds the K-th D.
-    """
-    thr = topD[rule.n_keep - 1]
-    if stage == 1:  # bounds already computed for all m
-        n_cand = 0
-        for jj in range(m):
-            cand[n_cand] = jj
-            n_cand += lbm[jj] <= thr
-        return n_cand, 3, thr, track, False, False
-    if stage == 0:
-        n_mv, bound = _movers(E, topD[rule.n_nearest - 1], mv_delta, rule.margin, m)
-        if n_mv >= 0:  # no bounds for this list: no re-filter
-            n_cand = _movers_list(F, GT, qcomp, qinv, g2, dfv, seedP, cand, mv_order, rule, pt,
-                                  n_mv)
-            return n_cand, 3, -np.inf, bound, True, False
-        n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
-                             seedP, cand, rule, pt, thr, 0, lo, hi)
-        return n_cand, (2 if (lo > 0 or hi < m) else 3), thr, track, False, False
-    cross = rule.beta * (0.5 * pt.pi + cross_min[pt.ci] + (pt.f2i if rule.mode == 2 else 0.0))
-    if cross * (1.0 - rule.margin) > thr:
-        return 0, 3, thr, track, False, True
-    n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
-                         seedP, cand, rule, pt, thr, 0, 0, lo)
-    n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
-                         seedP, cand, rule, pt, thr, n_cand, hi, m)
-    return n_cand, 3, thr, track, False, False
+def _cross_exceeds(rule, pt, cross_min_ci, thr):
+    """Whether β·(the least D_F to another component) alone exceeds ``thr``."""
+    cross = rule.beta * (0.5 * pt.pi + cross_min_ci + (pt.f2i if rule.mode == 2 else 0.0))
+    return cross * (1.0 - rule.margin) > thr
 
 
 # --------------------------------------------------------------------------- scan
@@ -330,7 +309,12 @@ def _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule, n_cand, th
         if D < topD[K - 1] or (D == topD[K - 1] and j < topJ[K - 1]):
             if topJ[K - 1] < m:  # the K-th leaves the kept ones: the bound covers it
                 track = min(track, topE[K - 1] * (1.0 - margin))
-            _insert(topD, topJ, topE, D, j, e)
+            # _insert's loop, written out: an inlined call would copy the three arrays
+            k = K - 1
+            while k > 0 and (topD[k - 1] > D or (topD[k - 1] == D and topJ[k - 1] > j)):
+                topD[k], topJ[k], topE[k] = topD[k - 1], topJ[k - 1], topE[k - 1]
+                k -= 1
+            topD[k], topJ[k], topE[k] = D, j, e
         else:
             track = min(track, e * (1.0 - margin))
         t += 1
@@ -338,26 +322,13 @@ def _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule, n_cand, th
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _finish_row(rule, m, topD, topJ, topE, dfv, idx, dist, de, keep, low, i, no_scan,
-                scanned_all, track):  # OUT idx, dist, de, keep, low [i]
-    """The row's neighbours, kept prototypes and bound on D_E outside them."""
-    K = rule.n_keep
-    if no_scan:
-        low[i] = track
-    if rule.pruned and scanned_all and topD[K - 1] < np.inf:
-        # every prototype outside the K nearest has D >= the K-th D, and
-        # D_E = D − β·D_F >= the K-th D − max β·D_F (all m computed in this pass)
-        mx = 0.0
-        for j in range(m):
-            mx = max(mx, dfv[j])
-        h = topD[K - 1]
-        low[i] = (h - mx) - rule.margin * (abs(h) + mx)
-    for k in range(rule.n_nearest):
-        idx[i, k] = topJ[k] if topJ[k] < m else -1
-        dist[i, k] = topD[k]
-        de[i, k] = topE[k]
-    for k in range(K):
-        keep[i, k] = topJ[k] if topJ[k] < m else -1
+def _low_after_scan(dfv, h, margin, m):
+    """A scanned row's bound on D_E outside its K nearest: every other prototype has
+    D ≥ the K-th D ``h``, and D_E = D − β·D_F ≥ h − max β·D_F (all m computed)."""
+    mx = 0.0
+    for j in range(m):
+        mx = max(mx, dfv[j])
+    return (h - mx) - margin * (abs(h) + mx)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -376,29 +347,45 @@ def neighbors_kernel(rows, protos, rule, out):  # OUT out
     """Every row of ``rows`` (ties and the outputs use the original prototype
     indices; ``seeds`` are positions); returns the number of exact D_E.
 
-    The tuples are unpacked here, once per call; the loop hands plain arrays on.
+    The tuples are unpacked here, once per call, and the buffers made; the rows
+    are searched by :func:`_search_rows`.
     """
-    X, skip, pcomp, pinv, F, f2 = rows.X, rows.skip, rows.pcomp, rows.pinv, rows.F, rows.f2
-    xt, xtn, xperp, xn2, seeds, prev_low = (rows.xt, rows.xtn, rows.xperp, rows.xn2, rows.seeds,
-                                            rows.prev_low)
-    A, qcomp, qinv, GT, g2, perm = (protos.A, protos.qcomp, protos.qinv, protos.GT, protos.g2,
-                                    protos.perm)
-    atT, atn, aperp, an2 = protos.atT, protos.atn, protos.aperp, protos.an2
-    comp_lo, comp_hi, cross_min = protos.comp_lo, protos.comp_hi, protos.cross_min
-    mv_order, mv_delta = protos.mv_order, protos.mv_delta
-    idx, dist, de, keep, low = out.idx, out.dist, out.de, out.keep, out.low
+    n, d = rows.X.shape
+    m = protos.A.shape[0]
+    K = rule.n_keep
+    # the row's buffers: the K nearest so far (D, index, D_E), the seeds, the row in
+    # float64, and per prototype f·g, β·D_F (0 with β = 0), x̃·ã, the bound, the list
+    top = (np.empty(K), np.empty(K, np.int64), np.empty(K))
+    seed = (np.empty(K), np.empty(K, np.int64))
+    buf = (np.empty(d), np.empty(m), np.zeros(m), np.empty(m), np.empty(m), np.empty(m, np.int64))
+    return _search_rows(
+        rows.X, rows.skip, rows.pcomp, rows.pinv, rows.f2, rows.xtn, rows.xperp, rows.xn2,
+        rows.seeds, rows.prev_low, protos.A, protos.perm, protos.comp_lo, protos.comp_hi,
+        protos.cross_min, protos.mv_order, protos.mv_delta, rule,
+        (rows.F, protos.GT, protos.qcomp, protos.qinv, protos.g2),
+        (rows.xt, protos.atT, protos.atn, protos.aperp, protos.an2), top, seed, buf, out)
+
+
+@njit(cache=True, nogil=True)
+def _search_rows(X, skip, pcomp, pinv, f2, xtn, xperp, xn2, seeds, prev_low, A, perm, comp_lo,
+                 comp_hi, cross_min, mv_order, mv_delta, rule, dfs, bds, top, seed, buf,
+                 out):  # OUT the buffers, out
+    """The row loop: the lists of each row, scanned one after the other (stage 0:
+    the given seeds, 1: the K smallest bounds, 2: the own component, 3: the last).
+
+    Called once per search: its tuples are unpacked once, and the loop hands each
+    per-row function the plain arrays it reads.
+    """
+    F, GT, qcomp, qinv, g2 = dfs
+    xt, atT, atn, aperp, an2 = bds
+    topD, topJ, topE = top
+    seedD, seedP = seed
+    xi64, fg, dfv, xa, lbm, cand = buf
+    idx, dist, de, keep, low = out
     n, d = X.shape
     m = A.shape[0]
-    K = rule.n_keep
+    K, L = rule.n_keep, rule.n_nearest
     grouped = comp_lo.shape[0] > 0
-    # the row's buffers: the K nearest so far (D, index, D_E), the seeds, the row in
-    # float64, and per prototype f·g, β·D_F, x̃·ã, the bound and the candidate list
-    topD, topJ, topE = np.empty(K), np.empty(K, np.int64), np.empty(K)
-    seedD, seedJ, seedE, seedP = np.empty(K), np.empty(K, np.int64), np.empty(K), \
-        np.empty(K, np.int64)
-    xi64 = np.empty(d)
-    fg, dfv, xa, lbm, cand = np.empty(m), np.empty(m), np.empty(m), np.empty(m), \
-        np.empty(m, np.int64)
     n_exact = 0
     for i in range(n):
         low[i] = -np.inf
@@ -406,31 +393,71 @@ def neighbors_kernel(rows, protos, rule, out):  # OUT out
             _skipped_row(idx, dist, de, keep, i)
             continue
         for k in range(K):
-            topD[k] = np.inf
-            topJ[k] = m
-            topE[k] = np.inf
+            topD[k], topJ[k], topE[k] = np.inf, m, np.inf
         for k in range(d):
             xi64[k] = X[i, k]
         ci = pcomp[i]
         pt = _Point(i, ci, pinv[i], f2[i], xtn[i] - rule.margin * xn2[i], xperp[i])
-        n_cand, stage = _first_list(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv,
-                                    xa, lbm, seedP, cand, seeds, seedD, seedJ, seedE, rule, pt, m)
-        lo, hi = 0, m
-        if grouped and ci >= 0:  # grouped: the own component first
-            lo, hi = comp_lo[ci], comp_hi[ci]
+        lo, hi = (comp_lo[ci], comp_hi[ci]) if grouped and ci >= 0 else (0, m)
+        if not rule.pruned:  # the reference: every prototype
+            stage = 3
+            n_cand = m
+            if rule.mode != 0:
+                if rule.mode == 2 or rule.mode == 3:
+                    _row_dot(F, i, GT, fg, 0, m)
+                _df_range(rule.mode, rule.beta, ci, pt.pi, pt.f2i, qcomp, qinv, fg, g2, dfv, 0, m)
+            for j in range(m):
+                cand[j] = j
+        else:
+            stage = _given_seeds(seeds, seedP, i, m)
+            if stage == 1:  # the K smallest bounds, from all m
+                _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm,
+                            seedP, cand, rule, pt, -np.inf, 0, 0, m)
+                _smallest_bounds(lbm, seedD, seedP, m)
+            n_cand = _seed_list(seedP, lbm, cand, stage, m)
+            if stage == 0 and rule.mode != 0:
+                _df_list(F, GT, qcomp, qinv, g2, dfv, cand, 0, n_cand, rule, pt)
         thr, track, no_scan, stop = -np.inf, np.inf, False, False
         while True:  # the lists, one after the other
-            ne, track = _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule,
-                                   n_cand, thr, track)
-            n_exact += ne
+            if n_cand > 0:
+                ne, track = _scan_list(A, perm, xi64, dfv, lbm, cand, topD, topJ, topE, rule,
+                                       n_cand, thr, track)
+                n_exact += ne
             if stage == 3:
                 break
-            n_cand, stage, thr, track, no_scan, stop = _next_list(
-                F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv, xa, lbm, seedP, cand,
-                topD, mv_order, mv_delta, cross_min, prev_low[i], rule, pt, m, stage, lo, hi,
-                track)
-            if stop:
-                break
-        _finish_row(rule, m, topD, topJ, topE, dfv, idx, dist, de, keep, low, i, no_scan,
-                    not (no_scan or stop), track)
+            thr = topD[K - 1]
+            if stage == 1:  # bounds already computed for all m
+                n_cand, stage = _bounded_list(lbm, cand, thr, m), 3
+                continue
+            if stage == 0:
+                n_mv, bound = _movers(prev_low[i], topD[L - 1], mv_delta, rule.margin, m)
+                if n_mv >= 0:  # only the movers; no bounds for this list: no re-filter
+                    n_cand = _movers_list(seedP, cand, mv_order, n_mv)
+                    if rule.mode != 0:
+                        _df_list(F, GT, qcomp, qinv, g2, dfv, cand, 0, n_cand, rule, pt)
+                    stage, thr, track, no_scan = 3, -np.inf, bound, True
+                    continue
+                # the own component (then stage 2, unless it is all)
+                ranges, stage = (lo, hi, hi, hi), (2 if (lo > 0 or hi < m) else 3)
+            else:  # the other components, unless β·D_F alone exceeds the K-th D
+                stage = 3
+                if _cross_exceeds(rule, pt, cross_min[ci], thr):
+                    stop = True
+                    break
+                ranges = (0, lo, hi, m)
+            n_cand = 0
+            for r in range(2):  # one inlined copy of _list_range for both stages
+                n_cand = _list_range(F, GT, qcomp, qinv, g2, xt, atT, atn, aperp, an2, fg, dfv,
+                                     xa, lbm, seedP, cand, rule, pt, thr, n_cand, ranges[2 * r],
+                                     ranges[2 * r + 1])
+        if no_scan:
+            low[i] = track
+        elif rule.pruned and not stop and topD[K - 1] < np.inf:
+            low[i] = _low_after_scan(dfv, topD[K - 1], rule.margin, m)
+        for k in range(K):
+            keep[i, k] = topJ[k] if topJ[k] < m else -1
+            if k < L:
+                idx[i, k] = keep[i, k]
+                dist[i, k] = topD[k]
+                de[i, k] = topE[k]
     return n_exact

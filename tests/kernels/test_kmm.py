@@ -192,6 +192,29 @@ def test_previous_pass_bound_skips_scans_exactly(mode):
         nearest_prototypes(X, A, 5, term, pruned=True, lb=lb, n_keep=61)
 
 
+def test_beta_zero_distances_are_the_euclidean_ones_on_every_pass():
+    """β = 0: the search computes no D_F (β·D_F stays 0), so every pass — first,
+    seeded with the previous bound after a move, reference — returns D = D_E bit
+    for bit, and the seeded pass the reference's neighbours."""
+    rng = np.random.default_rng(11)
+    X = _clustered(rng, 300, 8, 4, 5)
+    A = X[rng.choice(300, 30, replace=False)].astype(np.float64)
+    term = SpectralTerm.none(300, 30)
+    mu, V = svd_basis(A, 3)
+    first = nearest_prototypes(X, A, 4, term, pruned=True, n_keep=8,
+                               lb=project(X, mu, V) + project(A, mu, V))
+    moved = A + 0.05 * rng.standard_normal(A.shape)
+    seeded = nearest_prototypes(X, moved, 4, term, pruned=True, n_keep=8,
+                                lb=project(X, mu, V) + project(moved, mu, V), seeds=first.keep,
+                                bound=first.low, moves=np.sqrt(((moved - A) ** 2).sum(1)))
+    ref = nearest_prototypes(X, moved, 4, term)
+    for nb in (first, seeded, ref):
+        np.testing.assert_array_equal(nb.distances, nb.exact_de)
+    np.testing.assert_array_equal(seeded.indices, ref.indices)
+    np.testing.assert_array_equal(seeded.distances, ref.distances)
+    assert seeded.n_exact < ref.n_exact
+
+
 @pytest.mark.parametrize("mode", [MODE_COMPONENTS, MODE_EXTRA])
 @pytest.mark.parametrize("beta", [3.0, 3e3, 1e6])
 def test_other_components_skipped_only_when_exact(mode, beta):
