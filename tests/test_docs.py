@@ -76,7 +76,7 @@ DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "d
                    "dqkm.cluster.kmeans_l1", "dqkm.cluster.sekmeans", "dqkm.cluster.kmm",
                    "dqkm.data.csr", "dqkm.progress", "dqkm.kernels.lloyd",
                    "dqkm.kernels.sparse_factors", "dqkm.kernels._sparse_factors_io",
-                   "dqkm.kernels.projections",
+                   "dqkm.kernels.projections", "dqkm.kernels._numba_args",
                    "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
                    "dqkm._cluster_security", "dqkm._docstrings", "dqkm.monitor",
                    "dqkm.data.serialize", "dqkm.data.stores", "dqkm.cluster._base",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ._numba_args import kernel_array
 from .kmm_distances import LB_MARGIN, project
 
 __all__ = ["SeedingResult", "svd_basis", "kmeanspp_pruned", "OUTLIER_SIGMAS", "outlier_threshold",
@@ -154,7 +155,7 @@ def kmeanspp_pruned(X, n_prototypes, rng, *, mu, V, adaptive=False, min_prototyp
     -------
     SeedingResult
     """
-    X = np.ascontiguousarray(X)
+    X = kernel_array(X)
     n = X.shape[0]
     m_max = int(min(n_prototypes, n))
     xt, xperp, xn2 = project(X, mu, V)

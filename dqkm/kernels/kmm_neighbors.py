@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
+from ._numba_args import kernel_array
 from .kmm_distances import LB_MARGIN, MODE_COMPONENTS, MODE_EXTRA, MODE_FULL
 from .kmm_search import Outputs, ProtoSide, RowSide, SearchRule, neighbors_kernel
 
@@ -160,7 +161,7 @@ def _projections(lb, pruned, n, m):
 def neighbor_problem(X, A, n_neighbors, term, *, skip=None, pruned=False, lb=None, seeds=None,
                      n_keep=None, bound=None, moves=None):
     """The :class:`NeighborProblem` of :func:`nearest_prototypes` (same parameters)."""
-    X = np.ascontiguousarray(X)
+    X = kernel_array(X)
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     A = np.ascontiguousarray(A, dtype=np.float64)

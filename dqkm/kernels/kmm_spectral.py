@@ -29,6 +29,8 @@ from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import LinearOperator, eigsh, svds
 from numba import njit
 
+from ._numba_args import kernel_array
+
 __all__ = [
     "ChunkStatistics", "Components", "EigenResult", "chunk_statistics", "merge_statistics",
     "components", "prototype_matrix", "block_eigen", "reference_svd", "ZERO_EIGENVALUE",
@@ -156,7 +158,7 @@ def chunk_statistics(X, indices, weights, m):
     Xa = np.asarray(X)
     if Xa.dtype not in (np.float32, np.float64):
         Xa = Xa.astype(np.float64)
-    indptr, ind, data, colsum, stx = _sts_kernel(idx, w, np.ascontiguousarray(Xa), int(m))
+    indptr, ind, data, colsum, stx = _sts_kernel(idx, w, kernel_array(Xa), int(m))
     sts = sp.csr_matrix((data, ind, indptr), shape=(m, m))
     return ChunkStatistics(sts, colsum, stx)
 

@@ -533,3 +533,21 @@ def test_spectral_rows_equal_the_gathered_sum():
     Wmap = rng.standard_normal((30, 4))
     ref = np.einsum("ik,ikc->ic", np.where(idx >= 0, w, 0.0), Wmap[np.maximum(idx, 0)])
     np.testing.assert_allclose(spectral_rows(idx, w, Wmap), ref, rtol=1e-13, atol=1e-14)
+
+
+def test_read_only_input_compiles_no_other_kernel_version():
+    """A read-only X (scikit-learn's memmap checks, a read-only memory map) is handed to
+    the kernels as a writable copy: the numba kernels see the types they already have,
+    and the result is the writable input's."""
+    import dqkm
+    from dqkm.kernels import kmm_init, kmm_search, kmm_spectral
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    ref = dqkm.KMultipleMeans(3, n_prototypes=20, random_state=0).fit(X)
+    kernels = (kmm_search.neighbors_kernel, kmm_spectral._sts_kernel, kmm_init._kmpp_loop)
+    before = [list(k.signatures) for k in kernels]
+    Xr = X.copy()
+    Xr.flags.writeable = False
+    got = dqkm.KMultipleMeans(3, n_prototypes=20, random_state=0).fit(Xr)
+    assert [list(k.signatures) for k in kernels] == before
+    np.testing.assert_array_equal(got.labels_, ref.labels_)
