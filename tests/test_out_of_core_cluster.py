@@ -116,3 +116,30 @@ def test_out_of_core_fit_keeps_its_workers(name, big, tight_client, tmp_path, re
     peak = max(peaks.values()) / 2**20
     record_property("peak_worker_rss_mb", round(peak))
     assert peak < LIMIT / 2**20
+
+
+@pytest.mark.slow  # compiles the pass's kernels from an empty numba cache
+@pytest.mark.distributed
+def test_workers_load_the_qkmeans_kernels_from_the_drivers_cache(tmp_path):
+    """From an empty numba cache, the workers of a local cluster compile none of the
+    QK-means pass's kernels: the driver compiled them into the cache the workers read
+    (a worker compiling them itself kept ~110 MiB more, enough to hold a 450 MiB
+    worker above distributed's pause threshold for good; see
+    tests/cluster/test_checkpoint.py::test_out_of_core_fit_larger_than_cluster_memory)."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dqkm.__file__)))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
+               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")]
+                                                    if p]))
+    script = os.path.join(os.path.dirname(__file__), "_cold_kernels_script.py")
+    proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sum(out["counts"]) == 4000 and out["labels"] == 4000 and out["dist"] == [4000, 4]
+    for stats in out["workers"]:
+        assert stats["misses"] == 0, f"a worker compiled kernels itself: {out['workers']}"
+        assert stats["hits"] > 0
