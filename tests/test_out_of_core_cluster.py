@@ -143,3 +143,37 @@ def test_workers_load_the_qkmeans_kernels_from_the_drivers_cache(tmp_path):
     for stats in out["workers"]:
         assert stats["misses"] == 0, f"a worker compiled kernels itself: {out['workers']}"
         assert stats["hits"] > 0
+
+
+def _vm_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
+    """Phase 1 of the ClusterIndex build's shuffle (one task per block of X) writes the
+    block's rows sorted by destination a tile at a time: the task's memory beyond its
+    input block stays a fraction of that block, whatever the block's size (a sorted copy
+    of the block, as before, doubled it: with X's 64 MB Zarr chunks that put a worker of
+    2 × 600 MiB over its restart line in the scale benchmark)."""
+    from dqkm.data.spill import spill_block
+
+    rng = np.random.default_rng(0)
+    n = 400_000
+    block = rng.random((n, 32), dtype=np.float32)  # 51 MB
+    dest = rng.permutation(n).astype(np.int64)[:, None]
+    try:
+        with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM to the current RSS
+            f.write("5")
+    except OSError as e:
+        pytest.skip(f"the peak RSS of this process cannot be reset here ({e})")
+    before = _vm_kib("VmRSS")
+    spill_block(block, dest, str(tmp_path), block_id=(0, 0))
+    extra = (_vm_kib("VmHWM") - before) * 1024
+    assert extra < 0.25 * block.nbytes, f"{extra / 2**20:.0f} MiB beyond the block"
+    order = np.argsort(dest.ravel(), kind="stable")
+    np.testing.assert_array_equal(np.load(tmp_path / "part-000000.npy"), block[order])
+    np.testing.assert_array_equal(np.load(tmp_path / "pos-000000.npy"), dest.ravel()[order])

@@ -48,6 +48,9 @@ def remove_spill(path, n_blocks) -> None:
         pass
 
 
+_TILE_BYTES = 4 << 20  # rows of a block written at once: the sorted copy never exceeds this
+
+
 def _save(path, arr):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -55,12 +58,28 @@ def _save(path, arr):
     os.replace(tmp, path)
 
 
+def _save_rows(path, block, order):
+    """``block[order]`` written as a ``.npy`` file, a tile of rows at a time: the task
+    holds the block and one tile, never a sorted copy of the whole block."""
+    tmp = path + ".tmp"
+    n = len(order)
+    rows = max(1, _TILE_BYTES // max(1, block[:1].nbytes))
+    header = {"descr": np.lib.format.dtype_to_descr(block.dtype), "fortran_order": False,
+              "shape": (n,) + block.shape[1:]}
+    with open(tmp, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for t in range(0, n, rows):
+            f.write(np.ascontiguousarray(block[order[t:t + rows]]).data)
+    os.replace(tmp, path)
+
+
 def spill_block(block, dest, spill, block_id=None):
-    """Phase 1: rows of one input block sorted by destination, written to files."""
+    """Phase 1: rows of one input block sorted by destination, written to files
+    (a tile at a time: the task's memory is the block plus one tile)."""
     i = block_id[0]
     dest = np.asarray(dest, dtype=np.int64).ravel()
     srt = np.argsort(dest, kind="stable")
-    _save(os.path.join(spill, _PART.format(i)), np.ascontiguousarray(np.asarray(block)[srt]))
+    _save_rows(os.path.join(spill, _PART.format(i)), np.asarray(block), srt)
     _save(os.path.join(spill, _POS.format(i)), dest[srt])
     return np.ones((1, 1), dtype=np.int8)
 
