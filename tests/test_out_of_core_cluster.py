@@ -177,3 +177,33 @@ def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
     order = np.argsort(dest.ravel(), kind="stable")
     np.testing.assert_array_equal(np.load(tmp_path / "part-000000.npy"), block[order])
     np.testing.assert_array_equal(np.load(tmp_path / "pos-000000.npy"), dest.ravel()[order])
+
+
+def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, monkeypatch):
+    """The ClusterIndex write stores the gathered rows and their squared norms from tasks
+    of their own: no gathered block of X feeds two stores (the norms taken from the
+    gathered rows made the scheduler keep each block until both had run — up to all of X
+    on the workers, which restarted a 2 × 600 MiB worker in the scale benchmark)."""
+    import dqkm.parallel.neighbors as pn
+
+    X, _ = datasets.make_blobs(6000, 8, 4, chunks=1000, random_state=0,
+                               path=tmp_path / "X.zarr")
+    seen = {}
+    real = pn.write_index_store
+
+    def spy(arrays, path, **kw):
+        seen.update(arrays)
+        return real(arrays, path, **kw)
+
+    monkeypatch.setattr(pn, "write_index_store", spy)
+    with dask.config.set({"scheduler": "threads"}):
+        index = ClusterIndex(dqkm.KMeans(4, max_iter=3, random_state=0),
+                             store=str(tmp_path / "index.zarr")).fit(X)
+    rows = set(seen["X"].__dask_graph__().keys())
+    norms = set(seen["sq_norms"].__dask_graph__().keys())
+    gathered = {k for k in rows if "gather" in str(k)}
+    assert gathered and not gathered & norms
+    Xi, ids, sq = (np.asarray(a[...]) for a in pn.open_index_arrays(index.index_.path))
+    np.testing.assert_array_equal(Xi, X.compute()[ids])
+    np.testing.assert_allclose(sq, np.einsum("ij,ij->i", Xi, Xi, dtype=np.float64),
+                               rtol=1e-12)

@@ -21,6 +21,7 @@ __all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block"]
 
 _PART = "part-{:06d}.npy"
 _POS = "pos-{:06d}.npy"
+_SQ = "sq-{:06d}.npy"
 
 
 def spill_directory(next_to) -> str:
@@ -36,8 +37,8 @@ def remove_spill(path, n_blocks) -> None:
     """Remove the files :func:`permute_rows` writes for ``n_blocks`` blocks, then
     the directory (only if that leaves it empty: nothing else is deleted)."""
     for i in range(n_blocks):
-        for name in (_PART.format(i), _POS.format(i), _PART.format(i) + ".tmp",
-                     _POS.format(i) + ".tmp"):
+        for name in (_PART.format(i), _POS.format(i), _SQ.format(i), _PART.format(i) + ".tmp",
+                     _POS.format(i) + ".tmp", _SQ.format(i) + ".tmp"):
             try:
                 os.remove(os.path.join(path, name))
             except FileNotFoundError:
@@ -58,9 +59,10 @@ def _save(path, arr):
     os.replace(tmp, path)
 
 
-def _save_rows(path, block, order):
+def _save_rows(path, block, order, sq=None):
     """``block[order]`` written as a ``.npy`` file, a tile of rows at a time: the task
-    holds the block and one tile, never a sorted copy of the whole block."""
+    holds the block and one tile, never a sorted copy of the whole block.  With
+    ``sq`` (float64, one per row), each tile's squared row norms are put there."""
     tmp = path + ".tmp"
     n = len(order)
     rows = max(1, _TILE_BYTES // max(1, block[:1].nbytes))
@@ -69,28 +71,38 @@ def _save_rows(path, block, order):
     with open(tmp, "wb") as f:
         np.lib.format.write_array_header_1_0(f, header)
         for t in range(0, n, rows):
-            f.write(np.ascontiguousarray(block[order[t:t + rows]]).data)
+            tile = np.ascontiguousarray(block[order[t:t + rows]])
+            if sq is not None:
+                sq[t:t + len(tile)] = np.einsum("ij,ij->i", tile, tile, dtype=np.float64)
+            f.write(tile.data)
     os.replace(tmp, path)
 
 
-def spill_block(block, dest, spill, block_id=None):
+def spill_block(block, dest, spill, block_id=None, sq_norms=False):
     """Phase 1: rows of one input block sorted by destination, written to files
-    (a tile at a time: the task's memory is the block plus one tile)."""
+    (a tile at a time: the task's memory is the block plus one tile); with
+    ``sq_norms``, their squared norms (float64) too."""
     i = block_id[0]
     dest = np.asarray(dest, dtype=np.int64).ravel()
     srt = np.argsort(dest, kind="stable")
-    _save_rows(os.path.join(spill, _PART.format(i)), np.asarray(block), srt)
+    sq = np.empty(len(srt)) if sq_norms else None
+    _save_rows(os.path.join(spill, _PART.format(i)), np.asarray(block), srt, sq)
     _save(os.path.join(spill, _POS.format(i)), dest[srt])
+    if sq_norms:
+        _save(os.path.join(spill, _SQ.format(i)), sq)
     return np.ones((1, 1), dtype=np.int8)
 
 
-def gather_block(spill, pieces, n_rows, n_features, dtype, lo):
-    """Phase 2: the output rows ``lo:lo + n_rows`` from the spilled runs."""
-    out = np.empty((n_rows, n_features), dtype=dtype)
+def gather_block(spill, pieces, n_rows, n_features, dtype, lo, sq_norms=False):
+    """Phase 2: the output rows ``lo:lo + n_rows`` from the spilled runs (with
+    ``sq_norms``: their squared norms, 1-D float64, written by phase 1)."""
+    shape = (n_rows,) if sq_norms else (n_rows, n_features)
+    out = np.empty(shape, dtype=np.float64 if sq_norms else dtype)
     got = np.zeros(n_rows, dtype=bool)
     for i, a, b in pieces:
         try:
-            rows = np.load(os.path.join(spill, _PART.format(i)), mmap_mode="r")
+            rows = np.load(os.path.join(spill, (_SQ if sq_norms else _PART).format(i)),
+                           mmap_mode="r")
             pos = np.load(os.path.join(spill, _POS.format(i)), mmap_mode="r")
         except (OSError, ValueError) as e:
             raise _missing(spill, lo, n_rows) from e
