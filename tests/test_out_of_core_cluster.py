@@ -157,8 +157,7 @@ def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
     """Phase 1 of the ClusterIndex build's shuffle (one task per block of X) writes the
     block's rows sorted by destination a tile at a time: the task's memory beyond its
     input block stays a fraction of that block, whatever the block's size (a sorted copy
-    of the block, as before, doubled it: with X's 64 MB Zarr chunks that put a worker of
-    2 × 600 MiB over its restart line in the scale benchmark)."""
+    of the block, as before, doubled it)."""
     from dqkm.data.spill import spill_block
 
     rng = np.random.default_rng(0)
@@ -182,8 +181,8 @@ def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
 def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, monkeypatch):
     """The ClusterIndex write stores the gathered rows and their squared norms from tasks
     of their own: no gathered block of X feeds two stores (the norms taken from the
-    gathered rows made the scheduler keep each block until both had run — up to all of X
-    on the workers, which restarted a 2 × 600 MiB worker in the scale benchmark)."""
+    gathered rows made the scheduler keep each block until both had run: up to all of X
+    on the workers, a working set that grew with the number of rows)."""
     import dqkm.parallel.neighbors as pn
 
     X, _ = datasets.make_blobs(6000, 8, 4, chunks=1000, random_state=0,

@@ -1,8 +1,8 @@
 """Spill files of the out-of-core row shuffle (see :mod:`dqkm.parallel.shuffle`).
 
-Phase 1 writes, per input block, its rows sorted by destination and the
-destinations (two ``.npy`` files); phase 2 memory-maps them and copies the
-runs each output block needs. The directory is created next to the store
+Phase 1 writes, per input block, its rows sorted by destination (a tile at a
+time), the destinations and, if asked, the rows' squared norms (``.npy``
+files); phase 2 memory-maps them and copies the runs each output block needs. The directory is created next to the store
 being written (it must be visible to every worker, as that store is) and
 removed with only the files named here.
 """
