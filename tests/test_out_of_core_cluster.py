@@ -116,3 +116,93 @@ def test_out_of_core_fit_keeps_its_workers(name, big, tight_client, tmp_path, re
     peak = max(peaks.values()) / 2**20
     record_property("peak_worker_rss_mb", round(peak))
     assert peak < LIMIT / 2**20
+
+
+@pytest.mark.slow  # compiles the pass's kernels from an empty numba cache
+@pytest.mark.distributed
+def test_workers_load_the_qkmeans_kernels_from_the_drivers_cache(tmp_path):
+    """From an empty numba cache, the workers of a local cluster compile none of the
+    QK-means pass's kernels: the driver compiled them into the cache the workers read
+    (a worker compiling them itself kept ~110 MiB more, enough to hold a 450 MiB
+    worker above distributed's pause threshold for good; see
+    tests/cluster/test_checkpoint.py::test_out_of_core_fit_larger_than_cluster_memory)."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(dqkm.__file__)))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
+               PYTHONPATH=os.pathsep.join([root] + [p for p in [os.environ.get("PYTHONPATH")]
+                                                    if p]))
+    script = os.path.join(os.path.dirname(__file__), "_cold_kernels_script.py")
+    proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sum(out["counts"]) == 4000 and out["labels"] == 4000 and out["dist"] == [4000, 4]
+    for stats in out["workers"]:
+        assert stats["misses"] == 0, f"a worker compiled kernels itself: {out['workers']}"
+        assert stats["hits"] > 0
+
+
+def _vm_kib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
+    """Phase 1 of the ClusterIndex build's shuffle (one task per block of X) writes the
+    block's rows sorted by destination a tile at a time: the task's memory beyond its
+    input block stays a fraction of that block, whatever the block's size (a sorted copy
+    of the block, as before, doubled it)."""
+    from dqkm.data.spill import spill_block
+
+    rng = np.random.default_rng(0)
+    n = 400_000
+    block = rng.random((n, 32), dtype=np.float32)  # 51 MB
+    dest = rng.permutation(n).astype(np.int64)[:, None]
+    try:
+        with open("/proc/self/clear_refs", "w") as f:  # resets VmHWM to the current RSS
+            f.write("5")
+    except OSError as e:
+        pytest.skip(f"the peak RSS of this process cannot be reset here ({e})")
+    before = _vm_kib("VmRSS")
+    spill_block(block, dest, str(tmp_path), block_id=(0, 0))
+    extra = (_vm_kib("VmHWM") - before) * 1024
+    assert extra < 0.25 * block.nbytes, f"{extra / 2**20:.0f} MiB beyond the block"
+    order = np.argsort(dest.ravel(), kind="stable")
+    np.testing.assert_array_equal(np.load(tmp_path / "part-000000.npy"), block[order])
+    np.testing.assert_array_equal(np.load(tmp_path / "pos-000000.npy"), dest.ravel()[order])
+
+
+def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, monkeypatch):
+    """The ClusterIndex write stores the gathered rows and their squared norms from tasks
+    of their own: no gathered block of X feeds two stores (the norms taken from the
+    gathered rows made the scheduler keep each block until both had run: up to all of X
+    on the workers, a working set that grew with the number of rows)."""
+    import dqkm.parallel.neighbors as pn
+
+    X, _ = datasets.make_blobs(6000, 8, 4, chunks=1000, random_state=0,
+                               path=tmp_path / "X.zarr")
+    seen = {}
+    real = pn.write_index_store
+
+    def spy(arrays, path, **kw):
+        seen.update(arrays)
+        return real(arrays, path, **kw)
+
+    monkeypatch.setattr(pn, "write_index_store", spy)
+    with dask.config.set({"scheduler": "threads"}):
+        index = ClusterIndex(dqkm.KMeans(4, max_iter=3, random_state=0),
+                             store=str(tmp_path / "index.zarr")).fit(X)
+    rows = set(seen["X"].__dask_graph__().keys())
+    norms = set(seen["sq_norms"].__dask_graph__().keys())
+    gathered = {k for k in rows if "gather" in str(k)}
+    assert gathered and not gathered & norms
+    Xi, ids, sq = (np.asarray(a[...]) for a in pn.open_index_arrays(index.index_.path))
+    np.testing.assert_array_equal(Xi, X.compute()[ids])
+    np.testing.assert_allclose(sq, np.einsum("ij,ij->i", Xi, Xi, dtype=np.float64),
+                               rtol=1e-12)

@@ -1,8 +1,8 @@
 """Spill files of the out-of-core row shuffle (see :mod:`dqkm.parallel.shuffle`).
 
-Phase 1 writes, per input block, its rows sorted by destination and the
-destinations (two ``.npy`` files); phase 2 memory-maps them and copies the
-runs each output block needs. The directory is created next to the store
+Phase 1 writes, per input block, its rows sorted by destination (a tile at a
+time), the destinations and, if asked, the rows' squared norms (``.npy``
+files); phase 2 memory-maps them and copies the runs each output block needs. The directory is created next to the store
 being written (it must be visible to every worker, as that store is) and
 removed with only the files named here.
 """
@@ -21,6 +21,7 @@ __all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block"]
 
 _PART = "part-{:06d}.npy"
 _POS = "pos-{:06d}.npy"
+_SQ = "sq-{:06d}.npy"
 
 
 def spill_directory(next_to) -> str:
@@ -36,8 +37,8 @@ def remove_spill(path, n_blocks) -> None:
     """Remove the files :func:`permute_rows` writes for ``n_blocks`` blocks, then
     the directory (only if that leaves it empty: nothing else is deleted)."""
     for i in range(n_blocks):
-        for name in (_PART.format(i), _POS.format(i), _PART.format(i) + ".tmp",
-                     _POS.format(i) + ".tmp"):
+        for name in (_PART.format(i), _POS.format(i), _SQ.format(i), _PART.format(i) + ".tmp",
+                     _POS.format(i) + ".tmp", _SQ.format(i) + ".tmp"):
             try:
                 os.remove(os.path.join(path, name))
             except FileNotFoundError:
@@ -48,6 +49,9 @@ def remove_spill(path, n_blocks) -> None:
         pass
 
 
+_TILE_BYTES = 4 << 20  # rows of a block written at once: the sorted copy never exceeds this
+
+
 def _save(path, arr):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -55,23 +59,50 @@ def _save(path, arr):
     os.replace(tmp, path)
 
 
-def spill_block(block, dest, spill, block_id=None):
-    """Phase 1: rows of one input block sorted by destination, written to files."""
+def _save_rows(path, block, order, sq=None):
+    """``block[order]`` written as a ``.npy`` file, a tile of rows at a time: the task
+    holds the block and one tile, never a sorted copy of the whole block.  With
+    ``sq`` (float64, one per row), each tile's squared row norms are put there."""
+    tmp = path + ".tmp"
+    n = len(order)
+    rows = max(1, _TILE_BYTES // max(1, block[:1].nbytes))
+    header = {"descr": np.lib.format.dtype_to_descr(block.dtype), "fortran_order": False,
+              "shape": (n,) + block.shape[1:]}
+    with open(tmp, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        for t in range(0, n, rows):
+            tile = np.ascontiguousarray(block[order[t:t + rows]])
+            if sq is not None:
+                sq[t:t + len(tile)] = np.einsum("ij,ij->i", tile, tile, dtype=np.float64)
+            f.write(tile.data)
+    os.replace(tmp, path)
+
+
+def spill_block(block, dest, spill, block_id=None, sq_norms=False):
+    """Phase 1: rows of one input block sorted by destination, written to files
+    (a tile at a time: the task's memory is the block plus one tile); with
+    ``sq_norms``, their squared norms (float64) too."""
     i = block_id[0]
     dest = np.asarray(dest, dtype=np.int64).ravel()
     srt = np.argsort(dest, kind="stable")
-    _save(os.path.join(spill, _PART.format(i)), np.ascontiguousarray(np.asarray(block)[srt]))
+    sq = np.empty(len(srt)) if sq_norms else None
+    _save_rows(os.path.join(spill, _PART.format(i)), np.asarray(block), srt, sq)
     _save(os.path.join(spill, _POS.format(i)), dest[srt])
+    if sq_norms:
+        _save(os.path.join(spill, _SQ.format(i)), sq)
     return np.ones((1, 1), dtype=np.int8)
 
 
-def gather_block(spill, pieces, n_rows, n_features, dtype, lo):
-    """Phase 2: the output rows ``lo:lo + n_rows`` from the spilled runs."""
-    out = np.empty((n_rows, n_features), dtype=dtype)
+def gather_block(spill, pieces, n_rows, n_features, dtype, lo, sq_norms=False):
+    """Phase 2: the output rows ``lo:lo + n_rows`` from the spilled runs (with
+    ``sq_norms``: their squared norms, 1-D float64, written by phase 1)."""
+    shape = (n_rows,) if sq_norms else (n_rows, n_features)
+    out = np.empty(shape, dtype=np.float64 if sq_norms else dtype)
     got = np.zeros(n_rows, dtype=bool)
     for i, a, b in pieces:
         try:
-            rows = np.load(os.path.join(spill, _PART.format(i)), mmap_mode="r")
+            rows = np.load(os.path.join(spill, (_SQ if sq_norms else _PART).format(i)),
+                           mmap_mode="r")
             pos = np.load(os.path.join(spill, _POS.format(i)), mmap_mode="r")
         except (OSError, ValueError) as e:
             raise _missing(spill, lo, n_rows) from e

@@ -153,10 +153,11 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
     spill = spill_directory(path) if local else None
     try:
         if local:  # bounded task memory: X may be larger than the workers' memory
-            Xs = permute_rows(Xd.rechunk({1: -1}), order, spill, out_rows=rows)
+            Xs, sq = permute_rows(Xd.rechunk({1: -1}), order, spill, out_rows=rows,
+                                  sq_norms=True)
         else:
             Xs = _take_rows(Xd, order).rechunk({0: rows, 1: -1})
-        sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
+            sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
         arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
                   "offsets": offsets}
         for k, v in extra_sorted.items():

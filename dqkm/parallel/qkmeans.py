@@ -23,13 +23,14 @@ import scipy.sparse as sp
 
 from ..exceptions import DataError
 from ..kernels.lloyd import partials_from_labels
-from .engine import (DEFAULT_SPLIT_EVERY, block_offsets, broadcast, compute,
+from .engine import (DEFAULT_SPLIT_EVERY, active_client, block_offsets, broadcast, compute,
                      map_blocks_reduce, tree_reduce)
 from .finite import describe_bad, map_rows_at, raise_bad
 from .lloyd import _inertia_combine, _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["qkmeans_step", "qk_pass", "assign_factors", "factor_distances",
-           "factor_inertia", "aligned_weights", "operator_state", "batch_partials"]
+           "factor_inertia", "aligned_weights", "operator_state", "batch_partials",
+           "prepare_worker_kernels"]
 
 
 # The fast operator forms ½‖v‖² − v·x in X's dtype.  |v·x| ≤ ‖v‖·‖x‖: while
@@ -110,6 +111,39 @@ def _qk_chunk(block, state, with_moments, index, offset):
     if with_moments:
         out["moments"] = _moments(block)
     return out
+
+
+# --------------------------------------------------------------------------- the workers' kernels
+_PREPARED = set()
+
+
+def prepare_worker_kernels(factors, dtype, weighted=False):
+    """Compile, here on the driver, the numba kernels the workers' QK-means tasks
+    run, so that the workers load machine code from numba's disk cache.
+
+    Without this, on a cold cache (a fresh checkout or install) every worker
+    compiled the kernels of its first task itself, and the memory LLVM keeps
+    after compiling stays in the worker: enough to hold a tight worker above
+    distributed's pause threshold (80 % of its limit).  That memory is not
+    Dask's to spill, so the worker stayed paused and the fit waited forever.
+    Here the chunk step runs once per process on two rows of
+    ``dtype`` (the types a task sees: C-ordered blocks, float64 weights, the
+    broadcast state), which fills the cache the workers read — the driver's,
+    shared by the workers of a local cluster.  Does nothing without a
+    distributed client (the local scheduler's threads compile in the driver
+    process anyway).
+    """
+    dtype = np.dtype(dtype)
+    key = (dtype.str, bool(weighted))
+    if key in _PREPARED or active_client() is None:
+        return
+    state = _state(factors, dtype)
+    block = np.ascontiguousarray(state[1][:2])  # rows of V: finite, no overflow
+    w = np.ones(block.shape[0]) if weighted else None
+    _qk_partials(block, state, 0, w)  # the fit's passes and factor_inertia
+    _labels_block(block, _inference_state(factors, dtype), 0)  # assign_factors
+    _dist_block(block, _inference_state(factors, dtype), 0)  # factor_distances
+    _PREPARED.add(key)
 
 
 def _state(factors, dtype):
@@ -220,6 +254,7 @@ def qk_pass(X, factors, *, split_every=None, with_moments=False, sample_weight=N
     """One pass: sums, counts and objective for the assignment by ``factors``
     (weighted by ``sample_weight``, a Dask array aligned with X's row chunks,
     when given: then ``counts`` are the float64 weight sums)."""
+    prepare_worker_kernels(factors, X.dtype, sample_weight is not None)
     st = broadcast(_state(factors, X.dtype), "factors")
     if sample_weight is None:
         d = map_blocks_reduce(X, _qk_chunk, _lloyd_combine, args=(st, with_moments),
@@ -329,6 +364,7 @@ def assign_factors(X, factors):
     block holding NaN or infinity, or values too large for float64, raises
     :class:`~dqkm.exceptions.DataError` when computed.
     """
+    prepare_worker_kernels(factors, X.dtype)
     st = broadcast(_inference_state(factors, X.dtype), "factors")
     return map_rows_at(X, _labels_block, st, dtype=np.int32, name="assign-factors")
 
@@ -336,6 +372,7 @@ def assign_factors(X, factors):
 def factor_distances(X, factors):
     """Lazy Euclidean distances from X's rows to the rows of V, (n, K); refuses
     blocks as :func:`assign_factors`."""
+    prepare_worker_kernels(factors, X.dtype)
     st = broadcast(_inference_state(factors, X.dtype), "factors")
     return map_rows_at(X, _dist_block, st, dtype=X.dtype, n_columns=factors.shape[0],
                        name="factor-distances")
@@ -358,6 +395,7 @@ def factor_inertia(X, factors, *, split_every=None, sample_weight=None):
     """The QK-means objective (eq. 5) of X for ``factors``, weighted by
     ``sample_weight`` (aligned with X's row chunks) when given: one pass;
     refuses X as :func:`qk_pass`."""
+    prepare_worker_kernels(factors, X.dtype, sample_weight is not None)
     st = broadcast(_state(factors, X.dtype), "factors")
     if sample_weight is not None:
         d = _weighted_reduce(X, sample_weight, _qk_inertia_chunk_weighted, _inertia_combine,

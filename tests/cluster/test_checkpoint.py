@@ -208,11 +208,9 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
     Xz, _ = datasets.make_blobs(n, d, 16, chunks=62_500, random_state=0,
                                 path=tmp_path / "big.zarr")
     assert Xz.nbytes > 2 * limit
-    # QKMeans out of core is tested in tests/test_out_of_core_cluster.py (same kind of
-    # cluster). Here it is left out for now: from a cold numba cache (a fresh clone) its
-    # first pass on these 450 MiB workers stalled until the 900 s timeout, while from a
-    # warm cache it finished in seconds; not yet understood.
-    estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0)]
+    estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0),
+                  dqkm.QKMeans(16, sparsity=2, max_iter=2, tol=0, persist=False,
+                               palm_iter=5, palm_iter_init=20, random_state=0)]
     # Compile the kernels here first: numba caches them on disk, so the workers load machine
     # code instead of running LLVM (a one-off ~100 MiB per process on a fresh checkout, which
     # is not what this test measures and alone can cross the 95 % restart line).
