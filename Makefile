@@ -35,8 +35,10 @@ demo: $(VENV)/.installed-demo
 # The CPU table at the end (tests/conftest.py, --cpu-durations) shows where the time
 # goes: CPU does not grow with the machine's load, and a fresh clone's cold numba
 # cache shows up as compile seconds in the test that first calls each kernel.
+# Two pytest processes (pytest-xdist), a test file's tests in one of them: numba's
+# compiles and the tests' single-threaded Python keep one core busy each.
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q --cpu-durations=30
+	$(PY) -m pytest -q -n 2 --dist loadfile --cpu-durations=30
 
 # The quick part: no test that starts a cluster, none over ~10 s (markers in tests/conftest.py).
 test-fast: $(VENV)/.installed-test

@@ -128,12 +128,24 @@ class _CpuDurations:
         return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item, nextitem):
-        (own, children), wall, compiled = self._cpu(), time.perf_counter(), self.compiled
-        yield
-        own1, children1 = self._cpu()
-        self.rows.append((time.perf_counter() - wall, own1 - own, children1 - children,
-                          self.compiled - compiled, item.nodeid))
+    def pytest_runtest_makereport(self, item, call):
+        """Measured from the start of a test's setup to the end of its teardown; the row
+        rides on the teardown report, so that pytest-xdist's workers send it to the
+        process that prints the summary."""
+        if call.when == "setup":
+            item._dqkm_cpu_start = (self._cpu(), time.perf_counter(), self.compiled)
+        outcome = yield
+        start = getattr(item, "_dqkm_cpu_start", None)
+        if call.when == "teardown" and start is not None:
+            (own, children), wall, compiled = start
+            own1, children1 = self._cpu()
+            outcome.get_result().user_properties.append(
+                ("dqkm_cpu", (time.perf_counter() - wall, own1 - own, children1 - children,
+                              self.compiled - compiled, item.nodeid)))
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "teardown":
+            self.rows.extend(row for key, row in report.user_properties if key == "dqkm_cpu")
 
     def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
@@ -168,7 +180,7 @@ class _CpuDurations:
 
 def pytest_configure(config):
     n = config.getoption("--cpu-durations")
-    if n is not None and os.environ.get("PYTEST_XDIST_WORKER") is None:
+    if n is not None:  # in pytest-xdist's workers too: they measure, the controller prints
         config.pluginmanager.register(_CpuDurations(n), "dqkm-cpu-durations")
 
 
