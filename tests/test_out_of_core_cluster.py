@@ -185,8 +185,9 @@ def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, mon
     on the workers, a working set that grew with the number of rows)."""
     import dqkm.parallel.neighbors as pn
 
-    X, _ = datasets.make_blobs(6000, 8, 4, chunks=1000, random_state=0,
-                               path=tmp_path / "X.zarr")
+    with dask.config.set({"scheduler": "threads"}):  # not the module's tight cluster
+        X, _ = datasets.make_blobs(6000, 8, 4, chunks=1000, random_state=0,
+                                   path=tmp_path / "X.zarr")
     seen = {}
     real = pn.write_index_store
 

@@ -30,14 +30,17 @@ def _small(init, **kw):
 @pytest.mark.slow
 def test_partial_fit_on_chunks_within_2_percent_of_the_full_fit(digits):
     """Digits, the same initial centers: partial_fit over shuffled chunks of 200
-    rows (8 epochs) ends within 2 % of QKMeans.fit's objective."""
+    rows (16 epochs) ends within 2 % of QKMeans.fit's objective.  (With 8 epochs the
+    mini-batch objective stayed within 2 % of one full fit, but not of another that the
+    same data and init reach after rounding-level changes in palm4MSA: 2.1–3.7 % over four
+    chunk orders; 16 epochs: 1.5–1.9 %.)"""
     X, init = digits
     full = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=30, palm_iter_init=100,
                         random_state=0).fit(X)
     mb = dqkm.MiniBatchQKMeans(10, sparsity=3, init=init, batch_size=200, palm_iter=10,
                                palm_iter_init=100, random_state=0, compute_labels=False)
     rng = np.random.default_rng(0)
-    for _ in range(8):
+    for _ in range(16):
         order = rng.permutation(len(X))
         for batch in _batches(X[order], 200):
             mb.partial_fit(batch)
