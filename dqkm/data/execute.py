@@ -100,7 +100,12 @@ _POLL = 2.0
 
 
 def _all_workers(client) -> dict:
-    return client.scheduler_info(n_workers=-1)["workers"]
+    """Every worker's info (newer ``distributed`` lists only 5 unless asked for all)."""
+    import inspect
+
+    if "n_workers" in inspect.signature(client.scheduler_info).parameters:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    return client.scheduler_info()["workers"]
 
 
 def _paused_message(workers, seconds) -> str:
