@@ -178,6 +178,15 @@ def _insert(bufv, bufi, row, n, s, v, idx):
 
 
 @njit(cache=True, nogil=True)
+def _row_picked(ri, rn, i, j):
+    # whether column j is among the rn[i] picks of row i
+    for u in range(rn[i]):
+        if ri[i, u] == j:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
 def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
     """``out = Splincol_s(S − G/cm)`` (unit Frobenius norm) in one pass over ``G``.
 
@@ -207,12 +216,7 @@ def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
     for j in range(c):
         for t in range(cn[j]):
             i = ci[j, t]
-            dup = False
-            for u in range(rn[i]):
-                if ri[i, u] == j:
-                    dup = True
-                    break
-            if not dup:
+            if not _row_picked(ri, rn, i, j):
                 cnt[i] += 1
     indptr = np.zeros(r + 1, dtype=np.int64)
     for i in range(r):
@@ -226,12 +230,7 @@ def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
     for j in range(c):
         for t in range(cn[j]):
             i = ci[j, t]
-            dup = False
-            for u in range(rn[i]):
-                if ri[i, u] == j:
-                    dup = True
-                    break
-            if not dup:
+            if not _row_picked(ri, rn, i, j):
                 indices[fill[i]] = j
                 fill[i] += 1
     return _finish_rows(S, G, cm, indptr, indices, out)
