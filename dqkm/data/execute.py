@@ -20,7 +20,7 @@ import dask
 
 __all__ = ["active_client", "compute_settled", "cpu_count", "local_progress", "progress",
            "progress_enabled", "settle_timeout", "show_progress", "paused_timeout",
-           "wait_watched"]
+           "scheduler_workers", "wait_watched"]
 
 # The one switch for per-pass bars, shared with the verbose=2 progress views.
 from ..progress import DASK_BARS as _PROGRESS  # noqa: E402
@@ -99,13 +99,14 @@ def paused_timeout() -> float:
 _POLL = 2.0
 
 
-def _all_workers(client) -> dict:
-    """Every worker's info (newer ``distributed`` lists only 5 unless asked for all)."""
+def scheduler_workers(client) -> dict:
+    """Every worker's info from the scheduler (newer ``distributed`` lists only 5
+    unless asked for all with ``n_workers=-1``)."""
     import inspect
 
-    if "n_workers" in inspect.signature(client.scheduler_info).parameters:
-        return client.scheduler_info(n_workers=-1)["workers"]
-    return client.scheduler_info()["workers"]
+    params = inspect.signature(client.scheduler_info).parameters
+    info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
+    return info["workers"]
 
 
 def _paused_message(workers, seconds) -> str:
@@ -146,7 +147,7 @@ def wait_watched(client, futures, timeout=None):
             return
         except TimeoutError:
             pass
-        workers = _all_workers(client)
+        workers = scheduler_workers(client)
         if not workers or any(w.get("status") != "paused" for w in workers.values()):
             since = None
             continue

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import inspect
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -31,7 +30,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
-                            show_progress, wait_watched)
+                            scheduler_workers, show_progress, wait_watched)
 
 logger = logging.getLogger(__name__)
 
@@ -321,14 +320,6 @@ def sum_partials(parts: list):
     for p in parts[1:]:
         out = out + p
     return out
-
-
-def scheduler_workers(client) -> dict:
-    """Every worker's info from the scheduler (newer ``distributed`` lists only 5
-    unless asked for all with ``n_workers=-1``)."""
-    params = inspect.signature(client.scheduler_info).parameters
-    info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
-    return info["workers"]
 
 
 def driver_memory_bytes() -> float:
