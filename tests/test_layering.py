@@ -36,6 +36,7 @@ LAYER_OF = {
     "dqkm._model_check": "data",    # the checks dqkm.data.serialize runs on load
     "dqkm.exceptions": "data",
     "dqkm.progress": "data",        # the reporter interface the fit driver feeds
+    "dqkm._progress_lines": "data",  # its base reporter and text views (imports no dqkm)
     "dqkm._validation": "data",     # parameter types and checks (estimators and generators)
     "dqkm._docstrings": "data",     # shared docstring pieces (imports nothing from dqkm)
     "dqkm.kernels": "data",

@@ -171,3 +171,22 @@ def test_dask_bars_with_a_client_in_jupyter_with_and_without_ipywidgets(dist_cli
     from distributed.diagnostics.progressbar import MultiProgressWidget
 
     assert isinstance(shown[0], MultiProgressWidget)
+
+
+def test_the_text_views_examples_run_and_are_the_ones_progress_exports():
+    """The reporter base and its text views live in dqkm._progress_lines: the
+    names dqkm.progress exports are those classes, and their examples run."""
+    import doctest
+
+    from dqkm import _progress_lines
+
+    assert (P.NullReporter, P.LineReporter, P.LiveLineReporter, P.DASK_BARS) == (
+        _progress_lines.NullReporter, _progress_lines.LineReporter,
+        _progress_lines.LiveLineReporter, _progress_lines.DASK_BARS)
+    tests = [t for t in doctest.DocTestFinder().find(_progress_lines) if t.examples]
+    assert len(tests) >= 10
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    report = io.StringIO()
+    for t in tests:
+        runner.run(t, out=report.write)
+    assert runner.summarize(verbose=False).failed == 0, report.getvalue()
