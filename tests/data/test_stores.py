@@ -13,7 +13,7 @@ from dqkm import KMeans, cli, io
 from dqkm.exceptions import DataError, StoreError
 from dqkm.sparse import save_csr
 
-from ._multiprocess_cluster import MultiprocessCluster
+from .._multiprocess_cluster import MultiprocessCluster
 
 
 def _data(n=600, d=4, seed=0):
