@@ -11,7 +11,7 @@ format                    written by
 ``csr``                   ``dqkm.sparse.save_csr`` (:mod:`dqkm.data.csr`)
 ``sparse_factors``        ``SparseFactors.save`` / ``to_arrays``
 ``cluster_index``         ``ClusterIndex`` stores (:mod:`dqkm.data.index_store`)
-``checkpoint``            fit checkpoints (:mod:`dqkm.cluster._checkpoint`)
+``checkpoint``            fit checkpoints (:mod:`dqkm.data.checkpoint`)
 ========================  ===================================================
 """
 
