@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 import yaml
+from distributed.security import Security
 
 from ._cluster_schema import ConfigError, ConfigFileNotFoundError, ConfigTypeError
 
@@ -154,8 +155,6 @@ def build_security(security):
     (True, True)
     >>> tmp.cleanup()
     """
-    from distributed.security import Security
-
     return Security(require_encryption=security["require_encryption"], **_tls_files(security))
 
 

@@ -33,10 +33,12 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import shutil
 import warnings
 from pathlib import Path
 
-from distributed import Client
+import dask
+from distributed import Client, LocalCluster, SSHCluster
 
 from ._cluster_schema import (_CLIENT, _KUBERNETES, _OPTIONAL, _SECURITY, _SSH,  # noqa: F401
                               BACKENDS, ConfigError, ConfigFileNotFoundError, ConfigTypeError,
@@ -198,8 +200,6 @@ def check_submit_command(cfg):
     --------
     >>> check_submit_command(load_config("local"))  # a local cluster needs no tool
     """
-    import shutil
-
     backend = cfg["backend"]
     tool = _SUBMIT_TOOLS.get(backend)
     if tool is not None and shutil.which(tool) is None:
@@ -266,8 +266,6 @@ def _start_cluster(cfg, security):
     sec = cfg[backend]
     extra = {"security": security} if security is not None else {}
     if backend == "local":
-        from distributed import LocalCluster
-
         # LocalCluster's own defaults are None except for these two, where None means
         # "no dashboard" and "no memory limit": pass every key as written
         kw = {k: v for k, v in sec.items() if k != "malloc_trim_threshold"}
@@ -276,8 +274,6 @@ def _start_cluster(cfg, security):
         return LocalCluster(**kw, **extra)
     if backend == "ssh":
         _import_backend("ssh")
-        from distributed import SSHCluster
-
         return SSHCluster(**_kwargs(sec, list(_SSH)), **extra)
     if backend in ("slurm", "pbs"):
         cls = _import_backend(backend)
@@ -415,8 +411,6 @@ def get_client(path_or_name, *, overrides=None):
     >>> with get_client("local", overrides={"local": {"n_workers": 1}}) as client:  # doctest: +SKIP
     ...     print(client.dashboard_link)
     """
-    import dask
-
     cfg = load_config(path_or_name, overrides=overrides)
     backend = cfg["backend"]
     if backend in _OPTIONAL:  # fail before building anything

@@ -11,14 +11,20 @@ import logging
 import tempfile
 import time
 
+import dask
 import numpy as np
+from distributed import Client, LocalCluster
+from sklearn.metrics import adjusted_rand_score
+
+import dqkm
+
+from . import datasets
+from .parallel.engine import compute
 
 __all__ = ["run_demo"]
 
 
 def _candidates(n_clusters, seed):
-    import dqkm
-
     out = [("KMeans (k-means++)", dqkm.KMeans(n_clusters, random_state=seed)),
            ("KMeans (k-means||)", dqkm.KMeans(n_clusters, init="k-means||", random_state=seed))]
     if hasattr(dqkm, "QKMeans"):
@@ -31,13 +37,6 @@ def _candidates(n_clusters, seed):
 
 def run_demo(n_samples=500_000, n_features=64, n_clusters=16, n_workers=2, seed=0,
              print_fn=print):
-    import dask
-    from distributed import Client, LocalCluster
-    from sklearn.metrics import adjusted_rand_score
-
-    from . import datasets
-    from .parallel.engine import compute
-
     # the in-process scheduler logs at INFO; the demo prints its own lines
     logging.getLogger("distributed").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="dqkm-demo-") as tmp:

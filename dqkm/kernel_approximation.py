@@ -21,13 +21,15 @@ import math
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._validation import Interval, Options, Predicate, validate_params
 from .cluster._base import validate_input
+from .cluster.kmeans import KMeans
+from .data.serialize import pack_operator, unpack_operator
 from .exceptions import DataError
 from .kernels.hadamard import HadamardLandmarks, next_pow2
 from .parallel.engine import compute
@@ -216,8 +218,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
                 seeds = sample_rows(Xd, S, rng)
                 check_sample(seeds)
             else:
-                from .cluster.kmeans import KMeans
-
                 seeds = KMeans(S, random_state=int(rng.integers(2**31 - 1))).fit(
                     Xd).cluster_centers_
             last = K - (S - 1) * N
@@ -343,8 +343,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
     def _get_state(self):
         """Arrays and scalars for :func:`dqkm.save` (the landmark operator by kind:
         dense rows, sparse factors or Fast-Nyström seeds)."""
-        from .data.serialize import pack_operator
-
         check_is_fitted(self, "normalization_")
         op = self.landmark_operator_
         if isinstance(op, np.ndarray):
@@ -363,8 +361,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         return arrays, meta
 
     def _set_state(self, arrays, meta):
-        from .data.serialize import unpack_operator
-
         kind = meta["operator_kind"]
         self.landmark_operator_ = (np.asarray(arrays["operator"]) if kind == "ndarray"
                                    else unpack_operator(kind, arrays, "operator__"))
@@ -381,8 +377,6 @@ class FactorNystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         """Clone the parameters but keep a fitted landmark estimator as is (it is an
         input, read only), so that pipelines and grid searches can clone this
         transformer without unfitting its landmarks."""
-        from sklearn.base import clone
-
         params = self.get_params(deep=False)
         lm = params.pop("landmarks")
         params = {k: clone(v, safe=False) for k, v in params.items()}

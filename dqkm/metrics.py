@@ -11,11 +11,13 @@ import dask.array as da
 import numpy as np
 from sklearn.metrics import adjusted_mutual_info_score, normalized_mutual_info_score
 from sklearn.metrics.cluster import contingency_matrix
+from sklearn.metrics.pairwise import linear_kernel, rbf_kernel
 from sklearn.utils.validation import check_is_fitted
 
 from .cluster._base import is_lazy
 from .parallel.data import to_dask
 from .parallel.engine import compute
+from .parallel.lloyd import inertia
 
 __all__ = ["objective", "ami", "nmi", "purity", "model_nnz", "model_flops", "nystroem_error"]
 
@@ -69,7 +71,6 @@ def objective(model, X):
     if hasattr(model, "score") and hasattr(model, "fit"):
         check_is_fitted(model)
         return -float(model.score(X))
-    from .parallel.lloyd import inertia
 
     C = np.asarray(model)
     Xd = to_dask(X)
@@ -263,8 +264,6 @@ def nystroem_error(X_sample, transformer):
     >>> round(nystroem_error(X, ny), 6)
     0.0
     """
-    from sklearn.metrics.pairwise import linear_kernel, rbf_kernel
-
     check_is_fitted(transformer)
     X = np.asarray(compute(X_sample)[0] if isinstance(X_sample, da.Array) else X_sample,
                    dtype=np.float64)

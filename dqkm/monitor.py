@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from sklearn.exceptions import NotFittedError
 
 __all__ = ["history_panels", "plot_convergence", "plot_history", "recorded_tol_abs"]
 
@@ -33,8 +34,6 @@ def _check_history(model):
     if isinstance(model, (list, tuple)):
         history = list(model)
     elif hasattr(model, "fit"):
-        from sklearn.exceptions import NotFittedError
-
         history = getattr(model, "history_", None)
         if history is None:
             raise NotFittedError(f"This {type(model).__name__} instance is not fitted yet "

@@ -21,7 +21,8 @@ from ..exceptions import DataError, InvalidParameterError
 from .execute import cpu_count
 
 __all__ = ["SMALL_RECHUNK_BYTES", "TARGET_CHUNK_BYTES", "auto_row_chunks", "auto_sparse_rows",
-           "check_known_chunks", "check_positive_int", "root_entropy", "row_chunks"]
+           "check_known_chunks", "check_positive_int", "describe_row_chunks", "root_entropy",
+           "row_chunks"]
 
 # A feature-chunked array at most this large is rechunked silently; larger ones
 # are rejected with the rechunk call to run (rechunking moves the whole array).
@@ -102,3 +103,14 @@ def check_known_chunks(X, name="X"):
                 f"{name}.compute_chunk_sizes() (from a Dask DataFrame, use "
                 "ddf.to_dask_array(lengths=True)).")
     return X
+
+
+def describe_row_chunks(sizes):
+    """``'6 row chunks of 500'`` or ``'3 row chunks (500, 500, 200)'`` (shortened)."""
+    sizes = [int(x) for x in sizes]
+    n = f"{len(sizes)} row chunk{'s' if len(sizes) != 1 else ''}"
+    if sizes and len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]:
+        tail = "" if sizes[-1] == sizes[0] else f", the last {sizes[-1]}"
+        return f"{n} of {sizes[0]}{tail}"
+    shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+    return f"{n} ({shown})"

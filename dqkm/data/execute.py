@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import os
 import queue
 import sys
@@ -17,13 +18,16 @@ import time
 from concurrent.futures import Executor, Future, InvalidStateError
 
 import dask
+from dask.diagnostics import ProgressBar
+
+from ..exceptions import WorkersPausedError
+# The one switch for per-pass bars, shared with the verbose=2 progress views.
+from ..progress import DASK_BARS as _PROGRESS
+from ..progress import show_dask_progress
 
 __all__ = ["active_client", "compute_settled", "cpu_count", "local_progress", "progress",
            "progress_enabled", "settle_timeout", "show_progress", "paused_timeout",
            "scheduler_workers", "wait_watched"]
-
-# The one switch for per-pass bars, shared with the verbose=2 progress views.
-from ..progress import DASK_BARS as _PROGRESS  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -70,8 +74,6 @@ def active_client():
 def show_progress(futures):
     """distributed's progress bar (text in a terminal, widget in Jupyter), if enabled."""
     if _PROGRESS["enabled"]:
-        from ..progress import show_dask_progress
-
         show_dask_progress(futures)
 
 
@@ -79,8 +81,6 @@ def local_progress():
     """dask's ProgressBar on stderr for the local schedulers, if enabled."""
     if not _PROGRESS["enabled"]:
         return contextlib.nullcontext()
-    from dask.diagnostics import ProgressBar
-
     return ProgressBar(out=sys.stderr)
 
 
@@ -102,8 +102,6 @@ _POLL = 2.0
 def scheduler_workers(client) -> dict:
     """Every worker's info from the scheduler (newer ``distributed`` lists only 5
     unless asked for all with ``n_workers=-1``)."""
-    import inspect
-
     params = inspect.signature(client.scheduler_info).parameters
     info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
     return info["workers"]
@@ -135,9 +133,7 @@ def wait_watched(client, futures, timeout=None):
     would wait forever.  Ends normally when the futures are done, also when some
     of them failed (``gather`` raises their error).
     """
-    from distributed import wait
-
-    from ..exceptions import WorkersPausedError
+    from distributed import wait  # distributed is imported only where a Client is in use
 
     limit = paused_timeout() if timeout is None else float(timeout)
     since = None
