@@ -19,6 +19,7 @@ import uuid
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
+from dask.base import tokenize
 
 from ..data.chunks import SMALL_RECHUNK_BYTES, auto_row_chunks, check_known_chunks
 from ..data.csr import check_sparse, sparse_to_dask
@@ -64,7 +65,7 @@ def _scattered_rows(X: np.ndarray, chunks, client) -> da.Array:
     bounds = np.concatenate([[0], np.cumsum(rows[0])])
     futures = client.scatter([X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))],
                              hash=False)
-    name = f"dqkm-scattered-{uuid.uuid4().hex}"
+    name = f"dqkm-scattered-{tokenize([f.key for f in futures])}"  # hash=False: unique keys
     dsk = {(name, i, 0): f for i, f in enumerate(futures)}
     return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
 

@@ -45,10 +45,12 @@ import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
+from dask.base import tokenize
 from dask.delayed import delayed
 from dask.highlevelgraph import HighLevelGraph
 from sklearn.exceptions import ConvergenceWarning
 
+from ..data.chunks import describe_row_chunks
 from ..kernels.kmm_distances import MODE_COMPONENTS, MODE_EXTRA, MODE_FULL, MODE_NONE, project
 from ..kernels.kmm_init import outlier_threshold
 from ..kernels.kmm_spectral import (SVD_ALGORITHMS, ChunkStatistics, block_eigen, components,
@@ -67,20 +69,10 @@ __all__ = ["KMMConfig", "KMMResult", "KMMSolver", "KMMState", "StepStats", "desc
 _SQRT_HALF = np.sqrt(0.5)
 
 
-def describe_row_chunks(sizes):
-    """``'6 row chunks of 500'`` or ``'3 row chunks (500, 500, 200)'`` (shortened)."""
-    sizes = [int(x) for x in sizes]
-    n = f"{len(sizes)} row chunk{'s' if len(sizes) != 1 else ''}"
-    if sizes and len(set(sizes[:-1])) <= 1 and sizes[-1] <= sizes[0]:
-        tail = "" if sizes[-1] == sizes[0] else f", the last {sizes[-1]}"
-        return f"{n} of {sizes[0]}{tail}"
-    shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
-    return f"{n} ({shown})"
-
-
 def run_on_row_blocks(fn, rows, args, name):
     """``fn(rows[i], args[i])`` for every chunk, on the worker that holds it, in one
     compute: a list of the results (e.g. a checkpoint writer the caller gives)."""
+    # fn acts (writes files): a fresh key per call, as dask gives a pure=False task
     token = uuid.uuid4().hex[:12]
     tasks = [delayed(fn, pure=False)(b, a, dask_key_name=f"dqkm-{name}-{token}-{i}")
              for i, (b, a) in enumerate(zip(rows, args))]
@@ -90,6 +82,7 @@ def run_on_row_blocks(fn, rows, args, name):
 def persist_row_blocks(fn, args, name):
     """``fn(args[i])`` for every chunk, run and kept on the workers: persisted
     delayed objects (e.g. the rows of S read back by a function the caller gives)."""
+    # fn reads files that change between calls: a fresh key per call (pure=False)
     token = uuid.uuid4().hex[:12]
     tasks = [delayed(fn, pure=False)(a, dask_key_name=f"dqkm-{name}-{token}-{i}")
              for i, a in enumerate(args)]
@@ -110,8 +103,9 @@ class _Passes:
 
     def run(self, state, U=None):
         """One pass with the :class:`PassState` ``state``: the reduced :class:`ChunkPart`."""
-        token = uuid.uuid4().hex[:12]
         bstate = broadcast(state, "kmm-state")
+        token = tokenize(bstate.key, self.xblocks, [None if b is None else b.key
+                                                    for b in self.blocks], U)
         outs, parts = [], []
         for i, xb in enumerate(self.xblocks):
             ub = None if U is None else U[self.offsets[i]:self.offsets[i + 1]]
@@ -132,7 +126,7 @@ class _Passes:
     def theta(self, state):
         """θ of Algorithm 7 from one pass."""
         bstate = broadcast(state, "kmm-theta")
-        token = uuid.uuid4().hex[:12]
+        token = tokenize(bstate.key, self.xblocks)
         parts = [delayed(theta_pass, pure=True)(xb, bstate,
                                                 dask_key_name=f"dqkm-kmm-theta-{token}-{i}")
                  for i, xb in enumerate(self.xblocks)]
@@ -156,7 +150,7 @@ class _Passes:
     def rows(self, fn, *args, dtype, ncols=None):
         """A lazy Dask array built blockwise from the persisted rows of S
         (one block per block of X, empty blocks included)."""
-        name = f"dqkm-kmm-rows-{uuid.uuid4().hex}"
+        name = f"dqkm-kmm-rows-{tokenize(fn, [b.key for b in self.blocks], args, dtype, ncols)}"
         dsk = {}
         for i, b in enumerate(self.blocks):
             key = (name, i) if ncols is None else (name, i, 0)
