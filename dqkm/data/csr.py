@@ -31,7 +31,7 @@ from ..kernels.lloyd_sparse import as_csr
 from .atomic import AtomicTarget
 from .chunks import auto_sparse_rows
 from .execute import compute_settled
-from .formats import CSR_FORMAT_VERSION
+from .formats import CSR_FORMAT_VERSION, FORMATS
 from .paths import is_url, local_path
 from .zarr_reader import worker_description
 
@@ -253,7 +253,7 @@ def save_csr(X, path, *, overwrite=False, attrs=None, storage_options=None):
                           meta=np.empty((0, 0), np.int64), token="dqkm-save-csr")
         (written,) = compute_settled(d)
         written = written[np.argsort(written[:, 0])]
-        meta = {"format": "csr", "version": CSR_FORMAT_VERSION,
+        meta = {"format": FORMATS["csr"].name, "version": CSR_FORMAT_VERSION,
                 "shape": [int(s) for s in Xd.shape], "dtype": str(Xd.dtype),
                 "row_chunks": [int(w) for w in written[:, 1]],
                 "nnz": [int(w) for w in written[:, 2]]}
@@ -364,7 +364,7 @@ def load_csr(path, *, storage_options=None) -> da.Array:
     except (FileNotFoundError, zarr.errors.GroupNotFoundError) as e:
         raise FileNotFoundError(f"No Zarr CSR group at {str(path)!r}.") from e
     meta = root.attrs.get(_ATTR)
-    if meta is None or meta.get("format") != "csr":
+    if meta is None or meta.get("format") != FORMATS["csr"].name:
         raise ValueError(f"{str(path)!r} is not a dqkm CSR group (no {_ATTR!r} attribute with "
                          "format 'csr'); write one with dqkm.sparse.save_csr.")
     if meta.get("version") != CSR_FORMAT_VERSION:
