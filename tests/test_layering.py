@@ -517,3 +517,19 @@ def test_tests_mirror_the_package():
     tests/test_<module>.py for a top-level module, and the suite-wide files."""
     bad = _misplaced_tests()
     assert bad == [], "test files not where the package says:\n" + "\n".join(bad)
+
+
+def _text_matches(tree):
+    """``"…connect…" in <expr>`` tests: errors told apart by their message."""
+    return sorted(n.left.value for n in ast.walk(tree)
+                  if isinstance(n, ast.Compare) and isinstance(n.left, ast.Constant)
+                  and isinstance(n.left.value, str) and "connect" in n.left.value.lower()
+                  and any(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops))
+
+
+def test_a_lost_scheduler_is_told_by_type_not_by_message_text():
+    """dqkm.parallel.engine.scheduler_lost reads the client's status and the error's
+    type; no module matches "connection" in an error's text."""
+    found = {m: t for m, tree in TREES.items() for t in [_text_matches(tree)] if t}
+    assert found == {}
+    assert _text_matches(ast.parse("ok = 'Connection' in str(e)")) == ["Connection"]
