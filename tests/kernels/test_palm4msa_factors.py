@@ -215,10 +215,10 @@ def test_through_factors_equals_dense_reference_above_the_tiling_threshold():
 
 
 @pytest.mark.parametrize("shape", [(37, 53), (70, 24), (150, 150)])
-def test_sandwich_kernel_equals_the_dense_gram_product(shape):
+def test_sandwich_equals_the_dense_gram_product(shape):
     """``fsandwich`` forms ``S·G·Sᵀ`` (or ``Sᵀ·G·S``) of a CSR factor and a symmetric
-    ``G`` and ``⟨W, S·G·Sᵀ⟩`` in one fused kernel (empty rows included; 150 rows: more
-    than one block), the same as the dense products."""
+    ``G`` and ``⟨W, S·G·Sᵀ⟩`` through the factor's CSR arrays (empty rows included;
+    150 rows: more than one tile), the same as the dense products."""
     from dqkm.kernels._factor_apply import _Factor
     from dqkm.kernels._palm_chains import fsandwich
 
