@@ -8,9 +8,11 @@
 ``--speed``: one palm4MSA iteration through the sparse factors (``method="factors"``,
 the default) against the dense reference path (``method="dense"``, the implementation
 before it) on the same K = D random target, s = 5, Q = log2 K factors, from the same
-warm start (2 iterations), side by side in one run: median seconds per iteration (time
-between the callbacks), their ratio and the relative error after the same iterations
-(and pyfaust's palm4msa where installed).  Then the hierarchical initial
+warm start (2 iterations), side by side in one run: median CPU seconds per iteration
+(process time between the callbacks), their ratio and the relative error after the same
+iterations (and pyfaust's palm4msa where installed); then each path's flops per
+iteration and the measured rates of the kernels that carry them (SGEMM, the chain
+gradient, a one-factor gather).  Then the hierarchical initial
 factorisation as QKMeans runs it with its defaults at K = D = ``--init-size`` on
 upsampled digits centroids.  ``--markdown`` writes docs/benchmarks/palm4msa.md.
 
@@ -184,18 +186,19 @@ def hadamard_rows(ks):
 
 
 def _per_iteration(A, cons, method, n_iter, init):
-    """Median seconds of the iterations 2 … n_iter + 1 (the time between callbacks: the
-    set-up and the first iteration's one-off costs are left out) and the relative error
-    after ``n_iter + 1`` iterations."""
+    """Median CPU seconds of the iterations 2 … n_iter + 1 (the process time between
+    callbacks: the set-up and the first iteration's one-off costs are left out; both
+    paths run on one thread, so CPU seconds leave out the waits of a loaded machine) and
+    the relative error after ``n_iter + 1`` iterations."""
     stamps = []
     res = palm4msa(A, cons, n_iter=n_iter + 1, tol=0, init=init, adaptive_step=True,
-                   method=method, callback=lambda t, e: stamps.append(time.perf_counter()))
+                   method=method, callback=lambda t, e: stamps.append(time.process_time()))
     times = np.diff(stamps)
     return float(np.median(times)), float(np.linalg.norm(A - res.factors.toarray()) / np.linalg.norm(A))
 
 
 def speed_rows(sizes, n_iter, pf):
-    rows = []
+    rows, frows = [], []
     for n in sizes:
         A = np.random.default_rng(n).standard_normal((n, n))
         cons = default_constraints(n, n, sparsity=5)
@@ -210,7 +213,59 @@ def speed_rows(sizes, n_iter, pf):
         rows.append([f"{n} × {n}", len(cons), n_iter + 1, f"{t_f:.3f}", f"{t_d:.3f}", f"{t_d / t_f:.1f}×",
                      f"{e_f:.6f}", f"{e_d:.6f}", pf_cell])
         print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
-    return rows
+        frows.append(flop_row(n, start, t_f, t_d))
+    return rows, frows
+
+
+def _best(fn, k=3):
+    times = []
+    for _ in range(k):
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return min(times)
+
+
+def flop_row(n, start, t_f, t_d):
+    """Flops of one iteration on each path (main terms, counted from the warm start's
+    non-zeros) and the rates of the kernels that carry them, measured here."""
+    from dqkm.kernels._factor_apply import _Factor
+    from dqkm.kernels._palm_chains import _Chains, fmul
+
+    facs = [_Factor(S.toarray().astype(np.float64)) for S in start.factors.factors]
+    Q = len(facs)
+    nnz = [float(np.count_nonzero(f.dense)) for f in facs]
+    shapes = [f.dense.shape for f in facs]
+    # reference: per factor the float32 GEMMs C = Lᵀ·(A Rᵀ) (r×K×c) and GL·(S·GR) (r×r×c)
+    f_ref = sum(2.0 * r * c * (n + r) for r, c in shapes)
+    # through the factors: the chain gradient, 2·c·Σ_{j<q} nnz_j multiply-adds for factor
+    # q, and about eight one-factor products of 2·nnz·n flops per factor (the parts, the
+    # Grams, the objective of one candidate)
+    f_grad = sum(4.0 * c * sum(nnz[:q]) for q, (r, c) in enumerate(shapes))
+    f_prod = sum(16.0 * z * n for z in nnz)
+    rng = np.random.default_rng(0)
+    X32 = rng.standard_normal((n, n)).astype(np.float32)
+    rate_gemm = 2.0 * n**3 / _best(lambda: X32 @ X32)
+    X, Tt, d = rng.standard_normal((n, n)), rng.standard_normal((n, n)), np.ones(n)
+    ch = _Chains(facs[:Q - 1])
+    fwd = np.arange(Q - 2, -1, -1)
+    rate_chain = 4.0 * n * sum(nnz[:Q - 1]) / _best(
+        lambda: ch.gradient(fwd, ch.n + fwd[::-1], X, Tt, d, 1.0))
+    rate_gather = 2.0 * nnz[-1] * n / _best(lambda: fmul(facs[-1], X), 5)
+    bound = (f_ref / rate_gemm) / (f_grad / rate_chain)
+    row = [f"{n} × {n}", f"{sum(nnz) / Q / n:.1f}", f"{f_ref / 1e9:.1f}", f"{f_grad / 1e9:.2f}",
+           f"{f_prod / 1e9:.2f}", f"{f_ref / (f_grad + f_prod):.0f}×", f"{rate_gemm / 1e9:.1f}",
+           f"{rate_chain / 1e9:.1f}", f"{rate_gather / 1e9:.1f}", f"{f_ref / t_d / 1e9:.1f}",
+           f"{(f_grad + f_prod) / t_f / 1e9:.1f}", f"{bound:.1f}×"]
+    print("| " + " | ".join(row) + " |", flush=True)
+    return row
+
+
+FLOP_HEAD = ["K × D", "nnz per factor / A", "reference GFLOP/iter (GEMMs)",
+             "factors GFLOP/iter: chain gradient", "factors GFLOP/iter: one-factor products",
+             "flop ratio", "SGEMM GFLOP/s", "chain-gradient kernel GFLOP/s",
+             "gather kernel GFLOP/s", "reference achieved GFLOP/s", "factors achieved GFLOP/s",
+             "bound: GEMM time / chain-gradient time"]
 
 
 def upsampled_digit_centroids(n):
@@ -244,17 +299,31 @@ from the same 2-iteration warm start, once through the sparse factors (the defau
 `method="factors"`) and once with the dense reference path (`method="dense"`, the
 implementation that forms r×K×c products of the factor chains, kept unchanged), one
 after the other for each size in the same process; seconds per iteration are medians of
-the time between callbacks from the second iteration on (set-up and the first
-iteration's one-off costs left out), single-threaded BLAS and numba for both.  The
+the CPU time (`time.process_time`) between callbacks from the second iteration on
+(set-up and the first iteration's one-off costs left out), single-threaded BLAS and
+numba for both, so the waits of the shared machine are left out (its cache contention
+is not).  The
 through-the-factors path applies the left chain as sparse operators for the gradient
 (one tiled float32 kernel), keeps every factor as CSR arrays next to its dense array,
 forms one-factor products as gathers (`Sᵀ` through its own transposed CSR arrays, no
 scatter), computes a Splincol step in one fused kernel (no dense step, mask or
 dense-to-CSR conversion; the same entries and ties as the projection), and takes the
-objective's quadratic term as ⟨GL, S·GR·Sᵀ⟩, whose `S·GR·Sᵀ` is the next right Gram
-when the candidate is accepted.  The errors after the same iterations agree to
-rounding (the reference forms its gradient in float32).  pyfaust is not installed in
-this environment (its column says so).
+objective's quadratic term as ⟨GL, S·GR·Sᵀ⟩ with `S·GR·Sᵀ` formed by one fused kernel
+(also for the left Grams `Sᵀ·GL·S`), which is the next right Gram when the candidate is
+accepted.  The errors after the same iterations agree to rounding (the reference forms
+its gradient in float32).  pyfaust is not installed in this environment (its column
+says so).
+
+The second table counts the flops of one iteration on each path from the warm start's
+non-zeros (main terms only): for the reference its two float32 GEMMs per factor
+(r×K×c and r×r×c, `2·r·c·(K + r)` flops); through the factors the chain gradient
+(`2·c·Σ_{j<q} nnz_j` multiply-adds for factor q) and about eight one-factor products
+of `2·nnz·A` flops per factor.  The rates are measured in the same run on the same sizes: a
+float32 A×A×A GEMM (numpy/OpenBLAS, one thread), the chain-gradient kernel on the warm
+start's deepest chain (float32), and one gather product of a factor with an A×A float64
+matrix; "achieved" is the counted flops over the measured seconds per iteration.  The
+last column, the reference's GEMM flops at the GEMM rate over the chain gradient's flops
+at the chain kernel's rate, bounds the speed-up if everything else were free.
 
 QK-means variants and defaults:
 
@@ -286,14 +355,14 @@ def speed_main(args, pf):
 
     palm4msa(np.eye(8), n_iter=2)  # load numba's cached kernels
     palm4msa(np.eye(8), n_iter=2, method="dense")
-    head = ["K × D", "Q", "iterations", "factors s/iter", "dense s/iter", "speed-up",
+    head = ["K × D", "Q", "iterations", "factors CPU s/iter", "dense CPU s/iter", "speed-up",
             "factors rel. error", "dense rel. error", "pyfaust s/iter"]
     print("| " + " | ".join(head) + " |")
-    rows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
+    rows, frows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
     ihead = ["hierarchical init, K × D", "Q", "seconds", "rel. error", "global iterations"]
     if args.init_size:
         print("| " + " | ".join(ihead) + " |")
-    table = markdown_table(head, rows)
+    table = markdown_table(head, rows) + "\n\n" + markdown_table(FLOP_HEAD, frows)
     if args.init_size:
         table += "\n\n" + markdown_table(ihead, [init_row(args.init_size)])
     print(table)

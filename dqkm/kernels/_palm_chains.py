@@ -68,10 +68,12 @@ def left_chain_gradient(X, Tt, d, lam, out, tile, ld, fwd, bwd, indptr, indices,
                 br[k] = xr[j0 + k]
         _chain_steps(bufa, bufb, t, fwd, indptr, indices, data, poffs, ioffs, shapes)
         mid, other = (bufa, bufb) if fwd.size % 2 == 0 else (bufb, bufa)
-        for k in range(t):
-            trow = Tt[j0 + k]
-            for i in range(K):
-                mid[i, k] = d[i] * (lam * d[i] * mid[i, k] - trow[i])
+        for i0 in range(0, K, 16):  # blocks of 16 rows: mid's column and Tt's rows in L1
+            i1 = min(i0 + 16, K)
+            for k in range(t):
+                trow = Tt[j0 + k]
+                for i in range(i0, i1):
+                    mid[i, k] = d[i] * (lam * d[i] * mid[i, k] - trow[i])
         _chain_steps(mid, other, t, bwd, indptr, indices, data, poffs, ioffs, shapes)
         src = mid if bwd.size % 2 == 0 else other
         for i in range(r):
@@ -152,6 +154,21 @@ def ftmul(fac, X):
     out = np.empty((fac.dense.shape[1], X.shape[1]))
     _gather_mm(*fac._t, np.ascontiguousarray(X), out)
     return out
+
+
+def fsandwich(fac, G, W=None, transposed=False):
+    """``(S·G·Sᵀ, ⟨W, S·G·Sᵀ⟩)`` for a :class:`._factor_apply._Factor` with CSR arrays
+    and a symmetric dense ``G`` (``transposed``: ``Sᵀ·G·S``; ``W`` None: 0).
+
+    ``Y = S·G`` is a gather; ``Y·Sᵀ`` is formed by the tiled row kernel
+    (``_Factor.times_t``: the transposes stay inside cache-sized tiles), so no
+    transposed copy of ``Y`` is written.
+    """
+    if transposed:
+        M = fac.times(ftmul(fac, G))
+    else:
+        M = fac.times_t(fmul(fac, G))
+    return M, (0.0 if W is None else float(np.vdot(W, M)))
 
 
 # --------------------------------------- the Splincol step without dense intermediates

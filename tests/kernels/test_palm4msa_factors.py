@@ -144,7 +144,9 @@ def test_left_chain_gradient_kernel_equals_the_dense_formula(monkeypatch):
 def test_tiled_kernels_equal_dense_reference(digits, shape, monkeypatch):
     """The tiled gradient kernel and the tiled Gram products (used from 128 × 128
     operands on) give the reference's iterates on small targets too, forced on here."""
-    monkeypatch.setattr(_palm_module, "_TILED_ABOVE", 0)
+    from dqkm.kernels import _palm_terms
+
+    monkeypatch.setattr(_palm_terms, "_TILED_ABOVE", 0)
     cons = default_constraints(*shape, sparsity=3)
     for kind in ("random", "digits"):
         A = _target(kind, *shape, digits)
@@ -210,3 +212,30 @@ def test_through_factors_equals_dense_reference_above_the_tiling_threshold():
     res = palm4msa(A, cons, method="factors", **kw)
     _same(res, palm4msa(A, cons, method="dense", **kw))
     assert np.all(np.diff(res.errors) <= 1e-9 * res.errors[0])  # the safeguard: monotone
+
+
+@pytest.mark.parametrize("shape", [(37, 53), (70, 24), (150, 150)])
+def test_sandwich_equals_the_dense_gram_product(shape):
+    """``fsandwich`` forms ``S·G·Sᵀ`` (or ``Sᵀ·G·S``) of a CSR factor and a symmetric
+    ``G`` and ``⟨W, S·G·Sᵀ⟩`` through the factor's CSR arrays (empty rows included;
+    150 rows: more than one tile), the same as the dense products."""
+    from dqkm.kernels._factor_apply import _Factor
+    from dqkm.kernels._palm_chains import fsandwich
+
+    rng = np.random.default_rng(sum(shape))
+    M = rng.standard_normal(shape) * (rng.random(shape) < 0.1)
+    M[2] = 0.0
+    f = _Factor(M)
+    assert f.csr is not None
+    for transposed, n in ((False, shape[1]), (True, shape[0])):
+        G = rng.standard_normal((n, n))
+        G = G + G.T
+        want = M.T @ G @ M if transposed else M @ G @ M.T
+        W = rng.standard_normal(want.shape)
+        W = W + W.T
+        got, dot = fsandwich(f, G, W, transposed=transposed)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        assert dot == pytest.approx(float(np.vdot(W, want)), rel=1e-12)
+        got2, zero = fsandwich(f, G, transposed=transposed)
+        np.testing.assert_array_equal(got2, got)
+        assert zero == 0.0
