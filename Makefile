@@ -35,10 +35,12 @@ demo: $(VENV)/.installed-demo
 # The CPU table at the end (tests/conftest.py, --cpu-durations) shows where the time
 # goes: CPU does not grow with the machine's load, and a fresh clone's cold numba
 # cache shows up as compile seconds in the test that first calls each kernel.
-# Two pytest processes (pytest-xdist), a test file's tests in one of them: numba's
-# compiles and the tests' single-threaded Python keep one core busy each.
+# Two pytest processes (pytest-xdist): numba's compiles and the tests' single-threaded
+# Python keep one core busy each.  A test file's tests run in one of them (its module
+# fixtures set up once), the heaviest files first and the files of many short tests
+# last (the order: tests/conftest.py; --no-loadscope-reorder keeps it).
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q -n 2 --dist loadfile --cpu-durations=30
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --cpu-durations=30
 
 # The quick part: no test that starts a cluster, none over ~10 s (markers in tests/conftest.py).
 test-fast: $(VENV)/.installed-test

@@ -1,6 +1,7 @@
 """Run by tests/test_out_of_core_cluster.py in a fresh process whose numba cache
 (``NUMBA_CACHE_DIR``, inherited by the workers) starts empty: QK-means passes on a
-2-worker LocalCluster, then every worker's numba cache hits and misses for dqkm's
+1-worker LocalCluster (a worker process of its own, as each of a larger cluster's),
+then the worker's numba cache hits and misses for dqkm's
 kernels, printed as JSON on the last line."""
 
 import json
@@ -34,7 +35,7 @@ def main():
     rng = np.random.default_rng(0)
     X = da.from_array(rng.random((4000, 8)).astype(np.float32), chunks=1000)
     V = SparseFactors([np.eye(4), rng.random((4, 8))])
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         res = qk_pass(X, V, with_moments=True)

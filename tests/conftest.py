@@ -73,7 +73,40 @@ def _module_facts(path: str) -> dict:
     return facts
 
 
+# ``make test`` runs two pytest-xdist processes with ``--dist loadfile
+# --no-loadscope-reorder``: a module's tests run together in one process (its module
+# fixtures set up once), and each process takes the next module in the order set here
+# when it is free.  The heaviest modules (by the CPU seconds ``--cpu-durations``
+# reports) go first, so that no long module starts last while the other process idles;
+# then the other modules as collected; last the two modules of many short tests, whose
+# time the free process absorbs.  (xdist's default reorders the modules by their number
+# of tests, which put the heavy modules, with few tests each, at the end.)
+_HEAVY_FIRST = (
+    "tests/cluster/test_qkmeans.py",
+    "tests/test_out_of_core_cluster.py",
+    "tests/test_notebook.py",
+    "tests/cluster/test_checkpoint.py",
+    "tests/test_killed_worker_estimators.py",
+    "tests/test_out_of_core.py",
+    "tests/test_cli.py",
+    "tests/test_docs.py",
+    "tests/cluster/test_kmm_checkpoint.py",
+    "tests/cluster/test_kmm.py",
+    "tests/test_neighbors.py",
+    "tests/cluster/test_checkpoint_safety.py",
+)
+_LAST = ("tests/test_common.py", "tests/sklearn_suite/test_sklearn_k_means.py")
+
+
+def _module_rank(item):
+    module = item.nodeid.split("::")[0]
+    if module in _HEAVY_FIRST:
+        return _HEAVY_FIRST.index(module)
+    return len(_HEAVY_FIRST) + (module in _LAST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items[:] = sorted(items, key=_module_rank)  # stable: a module's own order is kept
     here = _module_facts(str(Path(__file__)))
     for item in items:
         # the session's cluster is started once: its users are distributed, not slow

@@ -1,17 +1,81 @@
-"""The dqkm command end to end, in subprocesses, on small Zarr stores."""
+"""The dqkm command end to end, in a subprocess, on small Zarr stores.
 
+``run`` hands each command line to one process of tests/_cli_server.py, which runs
+``dqkm.cli.main`` with its stdout and stderr (file descriptors 1 and 2) captured, as a
+``python -m dqkm`` of its own would be, but imports dask, numba and dqkm once for the
+module; ``run(..., fresh=True)`` starts ``python -m dqkm`` itself (the tests of the
+entry point, of a cluster's log lines, of Ctrl-C and of a closed pipe do).
+"""
+
+import json
+import os
+import select
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+import dqkm
 from dqkm import io
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dqkm.__file__)))
+_TIMEOUT = 300
 
-def run(*args, check=True):
-    p = subprocess.run([sys.executable, "-m", "dqkm", *map(str, args)], capture_output=True,
-                       text=True, timeout=300)
+
+class _CliProcess:
+    """The module's one process of tests/_cli_server.py, started at its first command."""
+
+    proc = None
+
+    def __call__(self, argv):
+        if self.proc is None or self.proc.poll() is not None:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+            self.proc = subprocess.Popen(
+                [sys.executable, os.path.join(os.path.dirname(__file__), "_cli_server.py")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        if not select.select([self.proc.stdout], [], [], _TIMEOUT)[0]:
+            self.close()
+            raise AssertionError(f"dqkm {' '.join(argv)}: no answer in {_TIMEOUT} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"dqkm {' '.join(argv)}: the CLI process exited "
+                                 f"({self.proc.wait()})")
+        answer = json.loads(line)
+        return SimpleNamespace(returncode=answer["rc"], stdout=answer["out"],
+                               stderr=answer["err"])
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+_cli = _CliProcess()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cli_process():
+    yield
+    _cli.close()
+
+
+def run(*args, check=True, fresh=False):
+    argv = [str(a) for a in args]
+    if fresh:
+        p = subprocess.run([sys.executable, "-m", "dqkm", *argv], capture_output=True,
+                           text=True, timeout=_TIMEOUT)
+    else:
+        p = _cli(argv)
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
     return p
@@ -48,7 +112,7 @@ def test_generate_fit_predict_info(store):
 def test_fit_on_local_cluster_prints_dashboard(store):
     d = store
     out = run("fit", "--n-clusters", 4, d / "data.zarr", "--out", d / "m2.npz",
-              "--scheduler", "local", "--n-workers", 1, "--no-progress")
+              "--scheduler", "local", "--n-workers", 1, "--no-progress", fresh=True)
     assert "dashboard: http" in out.stdout
     assert io.load(d / "m2.npz").cluster_centers_.shape == (4, 5)
     # distributed's start/stop log lines only with -vv

@@ -150,17 +150,26 @@ def _install_kill_switch(flag):
     lloyd._partials = partials
 
 
+@pytest.fixture(scope="module")
+def killed_worker_case(tmp_path_factory):
+    """The Zarr store of the killed-worker tests, their init, and the uninterrupted
+    fit on it (local threads): made once for both of them."""
+    path = tmp_path_factory.mktemp("killed-worker") / "d.zarr"
+    Xz, _ = datasets.make_blobs(40_000, 8, 6, cluster_std=2.0, chunks=4000, random_state=0,
+                                path=path)
+    init = Xz[:6].compute()
+    reference = dqkm.KMeans(6, init=init, max_iter=15, tol=0).fit(Xz)
+    return Xz, init, reference, reference.labels_.compute()
+
+
 @pytest.mark.parametrize("persist", [False, True])
-def test_killed_worker_does_not_change_the_result(tmp_path, persist):
+def test_killed_worker_does_not_change_the_result(tmp_path, persist, killed_worker_case):
     """A worker is killed inside a chunk task of the pass after iteration 3: the
     callback arms the switch between passes, the first task of the next pass that
     sees it kills its own worker.  The fit ends with the uninterrupted result."""
     from distributed import Client
 
-    Xz, _ = datasets.make_blobs(40_000, 8, 6, cluster_std=2.0, chunks=4000, random_state=0,
-                                path=tmp_path / "d.zarr")
-    init = Xz[:6].compute()
-    reference = dqkm.KMeans(6, init=init, max_iter=15, tol=0).fit(Xz)
+    Xz, init, reference, reference_labels = killed_worker_case
     flag = str(tmp_path / "kill-now")
     with _cluster() as cluster, Client(cluster) as client:
         pids = set(client.run(os.getpid).values())
@@ -176,7 +185,7 @@ def test_killed_worker_does_not_change_the_result(tmp_path, persist):
     killed = [int(f.name.rsplit(".", 1)[1]) for f in tmp_path.glob("kill-now.*")]
     assert len(killed) == 1 and killed[0] in pids and not os.path.exists(flag)
     np.testing.assert_array_equal(km.cluster_centers_, reference.cluster_centers_)
-    np.testing.assert_array_equal(labels, reference.labels_.compute())
+    np.testing.assert_array_equal(labels, reference_labels)
     assert km.inertia_ == reference.inertia_
 
 

@@ -2,7 +2,6 @@
 per-chunk rows of S held by the workers, resumed bit for bit."""
 
 import json
-import logging
 import os
 import warnings
 
@@ -277,18 +276,17 @@ def test_scheduler_loss_names_the_checkpoint(tmp_path, blobs):
         _blobs_kmm().fit(Xd, callback=lose)
 
 
-def test_resume_on_a_cluster_of_processes(tmp_path, circles):
-    """The rows of S are written and read back by worker processes."""
-    from distributed import Client, LocalCluster
+def test_resume_on_a_cluster_of_processes(tmp_path, circles, local_cluster):
+    """The rows of S are written and read back by worker processes (the session's
+    LocalCluster: 2 worker processes × 1 thread)."""
+    from distributed import Client
 
     Xd = da.from_array(circles, chunks=(500, -1))
     make = lambda: dqkm.KMultipleMeans(2, n_neighbors=3, max_iter=5,  # noqa: E731
                                        random_state=0)
     full = make().fit(Xd)  # threads
     ck = tmp_path / "ck"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster):
+    with Client(local_cluster):
         with pytest.raises(Interrupt):
             make().fit(Xd, checkpoint=ck, callback=_interrupt_after(2))
         resumed = make().fit(Xd, checkpoint=ck, resume=True)
