@@ -16,21 +16,65 @@ __all__ = ["BACKENDS", "ConfigError", "ConfigFileNotFoundError", "ConfigTypeErro
 
 
 class ConfigError(DqkmError, ValueError):
-    """A cluster config is unknown, or a key or value of it is not allowed."""
+    """A cluster config is unknown, or a key or value of it is not allowed.
+
+    Examples
+    --------
+    >>> from dqkm.cluster_config import load_config
+    >>> load_config("no-such-config")
+    Traceback (most recent call last):
+    ...
+    dqkm._cluster_schema.ConfigError: unknown cluster config 'no-such-config': not a file, ...
+    """
 
 
 class ConfigTypeError(DqkmError, TypeError):
-    """A value of a cluster config has the wrong type."""
+    """A value of a cluster config has the wrong type.
+
+    Examples
+    --------
+    >>> from dqkm.cluster_config import load_config
+    >>> load_config(3)
+    Traceback (most recent call last):
+    ...
+    dqkm._cluster_schema.ConfigTypeError: The 'path_or_name' parameter must be a path, ...
+    """
 
 
 class ConfigFileNotFoundError(StoreError, FileNotFoundError):
-    """A cluster config file, or a certificate file it names, does not exist."""
+    """A cluster config file, or a certificate file it names, does not exist.
+
+    Examples
+    --------
+    >>> from dqkm.cluster_config import load_config
+    >>> load_config("/no/such/folder/cluster.yaml")
+    Traceback (most recent call last):
+    ...
+    dqkm._cluster_schema.ConfigFileNotFoundError: cluster config file '...' does not exist.
+    """
 
 
 class SubmitCommandNotFoundError(DqkmError, FileNotFoundError):
     """A backend's job submission tool (``sbatch``, ``qsub``) or Kubernetes access
     (a kubeconfig, ``kubectl``) is missing on this machine: found before any
-    cluster starts."""
+    cluster starts.
+
+    Examples
+    --------
+    On a machine where ``sbatch`` is not on ``PATH`` (here: an empty ``PATH``):
+
+    >>> import os
+    >>> from dqkm.cluster_config import check_submit_command, load_config
+    >>> cfg, path = load_config("slurm"), os.environ["PATH"]
+    >>> os.environ["PATH"] = ""
+    >>> try:
+    ...     check_submit_command(cfg)
+    ... except SubmitCommandNotFoundError as e:
+    ...     print(e)
+    ... finally:
+    ...     os.environ["PATH"] = path
+    cluster config backend 'slurm' submits its worker jobs with 'sbatch', which is not on ...
+    """
 
 
 _EXTRA_HINT = "pip install 'dqkm[cluster]'"

@@ -140,6 +140,24 @@ class ClusterIndex(BaseEstimator):
         -----
         Passes over X: the clusterer's fit (if unfitted), one ``predict`` pass,
         one shuffle that writes the rows in cluster order.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.neighbors import ClusterIndex
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X)
+        >>> idx.cluster_sizes_.tolist(), idx.n_samples_fit_
+        ([2, 2], 4)
+
+        An index kept in a Zarr store (queries read only the clusters they probe):
+
+        >>> import os, tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     on_disk = ClusterIndex(dqkm.KMeans(2, random_state=0),
+        ...                            store=os.path.join(d, "index.zarr")).fit(X)
+        ...     print(on_disk.kneighbors(X[:1], n_neighbors=2)[1].tolist())
+        [[0, 1]]
         """
         owner = type(self).__name__
         validate_params(self)  # before the fit's passes
@@ -258,6 +276,21 @@ class ClusterIndex(BaseEstimator):
         the neighbours are searched only in the ``n_probe`` nearest clusters
         (extended by the next ones when those hold fewer than
         ``n_neighbors`` rows).
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.neighbors import ClusterIndex
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X, y=["a", "a", "b", "b"])
+        >>> dist, ind = idx.kneighbors(np.array([[0.1, 0.9], [9.9, 10.8]]), n_neighbors=2)
+        >>> ind.tolist(), dist.round(3).tolist()
+        ([[1, 0], [3, 2]], [[0.141, 0.906], [0.224, 0.806]])
+
+        Without X, the nearest *other* indexed row of every indexed row:
+
+        >>> idx.kneighbors(n_neighbors=1, return_distance=False).ravel().tolist()
+        [1, 0, 3, 2]
         """
         check_is_fitted(self, "index_")
         self._check_n_probe(self.index_.n_clusters)
@@ -336,6 +369,18 @@ class ClusterIndex(BaseEstimator):
         scipy.sparse.csr_matrix of shape (n_queries, n_samples_fit)
             ``n_neighbors`` entries per row (computed into memory also for
             lazy input), as :meth:`sklearn.neighbors.NearestNeighbors.kneighbors_graph`.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.neighbors import ClusterIndex
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X, y=["a", "a", "b", "b"])
+        >>> idx.kneighbors_graph(n_neighbors=1).toarray()
+        array([[0., 1., 0., 0.],
+               [1., 0., 0., 0.],
+               [0., 0., 0., 1.],
+               [0., 0., 1., 0.]])
         """
         import scipy.sparse as sp
 
@@ -364,6 +409,15 @@ class ClusterIndex(BaseEstimator):
         -------
         y_pred : ndarray of shape (n_queries,) (Dask array for Dask input)
             The target of each query's nearest indexed row.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.neighbors import ClusterIndex
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X, y=["a", "a", "b", "b"])
+        >>> idx.predict(np.array([[0.1, 0.9], [9.9, 10.8]])).tolist()
+        ['a', 'b']
         """
         check_is_fitted(self, "index_")
         if not hasattr(self, "classes_"):
@@ -467,6 +521,15 @@ class ClusterIndex(BaseEstimator):
         -------
         float
             The fraction of queries whose predicted target is ``y``.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> from dqkm.neighbors import ClusterIndex
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> idx = ClusterIndex(dqkm.KMeans(2, random_state=0)).fit(X, y=["a", "a", "b", "b"])
+        >>> idx.score(np.array([[0.1, 0.9], [9.9, 10.8]]), ["a", "a"])
+        0.5
         """
         pred = self.predict(X)
         if isinstance(pred, da.Array):

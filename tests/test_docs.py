@@ -69,41 +69,77 @@ def site(_site_build):
     return _site_build["result"], out / "html"
 
 
-#: modules whose docstring examples run as doctests (each estimator class and each
-#: public function of the user-facing modules has one)
-DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics", "dqkm.neighbors",
-                   "dqkm.kernel_approximation", "dqkm.cluster.kmeans", "dqkm.cluster.qkmeans",
-                   "dqkm.cluster.kmeans_l1", "dqkm.cluster.sekmeans", "dqkm.cluster.kmm",
-                   "dqkm.data.csr", "dqkm.progress", "dqkm.kernels.lloyd",
-                   "dqkm.kernels.sparse_factors", "dqkm.kernels._sparse_factors_io",
-                   "dqkm.kernels.projections", "dqkm.kernels._numba_args",
-                   "dqkm.kernels.palm4msa", "dqkm.kernels.hierarchical", "dqkm._cluster_schema",
-                   "dqkm._cluster_security", "dqkm._docstrings", "dqkm.monitor",
-                   "dqkm.data.serialize", "dqkm.data.stores", "dqkm.cluster._base",
-                   # ClusterClient's example starts an in-process LocalCluster
-                   pytest.param("dqkm.cluster_config", marks=pytest.mark.distributed)]
-#: modules whose every public function, class and method has Parameters (when it
-#: takes any), Returns (functions and methods) and an Examples section with a doctest
-NUMPYDOC_MODULES = ["dqkm.kernels", "dqkm.sparse", "dqkm.cluster_config", "dqkm.progress",
-                    "dqkm.io", "dqkm.monitor"]
-EXAMPLE_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.metrics", "dqkm.neighbors",
-                   "dqkm.kernel_approximation"]
+#: the public modules: dqkm itself and the submodules the API reference documents
+PUBLIC_MODULES = ["dqkm", "dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.metrics",
+                  "dqkm.exceptions", "dqkm.neighbors", "dqkm.kernel_approximation",
+                  "dqkm.monitor", "dqkm.progress", "dqkm.kernels", "dqkm.cluster_config"]
+#: modules whose doctests run although no public object is defined there (besides
+#: every module that defines a public object or method: :func:`_defining_modules`)
+EXTRA_DOCTEST_MODULES = ["dqkm.io", "dqkm.datasets", "dqkm.sparse", "dqkm.data.csr",
+                         "dqkm.kernels._numba_args", "dqkm.kernels._sparse_factors_io",
+                         "dqkm._docstrings"]
+#: doctests that start a cluster (ClusterClient's example starts an in-process LocalCluster)
+DISTRIBUTED_DOCTESTS = {"dqkm.cluster_config"}
 
 
-def test_every_estimator_and_public_function_has_an_example():
-    import dqkm
-
-    objs = {f"dqkm.{n}": getattr(dqkm, n) for n in dqkm.__all__ if n != "__version__"}
-    for name in EXAMPLE_MODULES:
-        mod = importlib.import_module(name)
-        objs.update({f"{name}.{n}": getattr(mod, n) for n in mod.__all__
-                     if callable(getattr(mod, n))})
-    missing = [n for n, o in objs.items() if ">>> " not in (o.__doc__ or "")
-               or "Examples\n" not in (o.__doc__ or "")]
-    assert not missing, f"no Examples section with a doctest: {missing}"
+def _is_dqkm(obj):
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == "dqkm"
 
 
-def _numpydoc_gaps(name, obj, is_method=False):
+def _public_objects():
+    """``{qualified name: object}`` of every public function and class of
+    :data:`PUBLIC_MODULES` (an object exported twice appears once, under its first name)."""
+    import dqkm  # noqa: F401
+
+    seen, objs = set(), {}
+    for modname in PUBLIC_MODULES:
+        mod = importlib.import_module(modname)
+        for n in mod.__all__:
+            obj = getattr(mod, n)
+            if n.startswith("_") or n.isupper() or not callable(obj) or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            objs[f"{modname}.{n}"] = obj
+    return objs
+
+
+def _public_methods(cls):
+    """``{name: (defining class, function)}`` of the public methods dqkm defines for
+    ``cls`` (in ``cls`` or a dqkm base class); methods that scikit-learn defines or
+    generates (``get_params``, ``set_output``, ``set_fit_request``, ...) are not
+    dqkm's and are left out, as are properties."""
+    methods = {}
+    for klass in cls.__mro__:
+        if not _is_dqkm(klass):
+            continue
+        for name, member in vars(klass).items():
+            if name.startswith("_") or name in methods or isinstance(member, property):
+                continue
+            func = getattr(member, "__func__", member)
+            if any(name in vars(k) for k in cls.__mro__[:cls.__mro__.index(klass)]):
+                continue  # overridden by a class before klass (a non-dqkm one)
+            if callable(func) and _is_dqkm(func):
+                methods[name] = (klass, getattr(cls, name))
+    return methods
+
+
+def _defining_modules():
+    """The modules that define a public object or one of their public methods."""
+    mods = set()
+    for obj in _public_objects().values():
+        mods.add(obj.__module__)
+        if inspect.isclass(obj):
+            mods.update(klass.__module__ for klass, _ in _public_methods(obj).values())
+    return mods
+
+
+def _doctest_modules():
+    mods = sorted(_defining_modules() | set(EXTRA_DOCTEST_MODULES))
+    return [pytest.param(m, marks=pytest.mark.distributed) if m in DISTRIBUTED_DOCTESTS else m
+            for m in mods]
+
+
+def _numpydoc_gaps(name, obj):
     """What ``obj``'s docstring lacks: Parameters, Returns, an Example with a doctest."""
     from numpydoc.docscrape import FunctionDoc
 
@@ -117,28 +153,39 @@ def _numpydoc_gaps(name, obj, is_method=False):
     gaps = []
     if params and "Parameters\n" not in doc:
         gaps.append("Parameters")
-    if parsed is not None and not parsed["Returns"]:
+    if parsed is not None and not parsed["Returns"] and not parsed["Yields"]:
         gaps.append("Returns")
     if ">>> " not in doc or "Examples\n" not in doc:
         gaps.append("Examples")
     return [f"{name}: {g}" for g in gaps]
 
 
-def test_kernels_sparse_clusters_progress_have_parameters_returns_and_examples():
-    gaps = []
-    for modname in NUMPYDOC_MODULES:
-        mod = importlib.import_module(modname)
-        for n in mod.__all__:
-            obj = getattr(mod, n)
-            if not callable(obj) or (inspect.isclass(obj) and issubclass(obj, Exception)):
-                continue
-            gaps += _numpydoc_gaps(f"{modname}.{n}", obj)
-            if inspect.isclass(obj):
-                for m, member in vars(obj).items():
-                    if not m.startswith("_") and callable(getattr(obj, m)) \
-                            and not isinstance(member, property):
-                        gaps += _numpydoc_gaps(f"{modname}.{n}.{m}", getattr(obj, m))
+def test_every_public_object_and_method_has_parameters_returns_and_examples():
+    """Every public function and class of the public modules, and every public
+    method dqkm defines on them (fit, partial_fit, predict, transform, score,
+    kneighbors, ...), has Parameters (when it takes any), Returns (functions and
+    methods) and an Examples section with a doctest; error classes included."""
+    gaps, methods = [], set()
+    for name, obj in _public_objects().items():
+        gaps += _numpydoc_gaps(name, obj)
+        if inspect.isclass(obj):
+            for m, (_, member) in _public_methods(obj).items():
+                gaps += _numpydoc_gaps(f"{name}.{m}", member)
+                methods.add(f"{name}.{m}")
+    # the walk reaches the methods the API promises (and not scikit-learn's)
+    assert {"dqkm.KMeans.fit", "dqkm.MiniBatchKMeans.partial_fit", "dqkm.KMeans.predict",
+            "dqkm.QKMeans.transform", "dqkm.ClusterIndex.kneighbors", "dqkm.ClusterIndex.score",
+            "dqkm.FactorNystroem.transform"} <= methods
+    assert not methods & {"dqkm.KMeans.get_params", "dqkm.KMeans.set_output",
+                          "dqkm.KMeans.set_fit_request"}
     assert not gaps, "docstrings without a section:\n" + "\n".join(gaps)
+
+
+def test_every_public_example_runs_as_a_doctest():
+    """The module of every public object and method is one whose doctests run."""
+    ran = {getattr(p, "values", (p,))[0] for p in _doctest_modules()}
+    assert _defining_modules() <= ran
+    assert {"dqkm.cluster.minibatch", "dqkm.neighbors", "dqkm.exceptions"} <= ran
 
 
 def test_shared_docstring_pieces_are_filled_in_every_estimator_method():
@@ -172,7 +219,7 @@ def test_shared_docstring_pieces_are_filled_in_every_estimator_method():
         fill_doc(method)
 
 
-@pytest.mark.parametrize("module", DOCTEST_MODULES)
+@pytest.mark.parametrize("module", _doctest_modules())
 def test_docstring_examples_run(module):
     mod = importlib.import_module(module)
     tests = [t for t in doctest.DocTestFinder().find(mod, module) if t.examples]
@@ -279,10 +326,9 @@ def _public_names():
     import dqkm
 
     names = [f"dqkm.{n}" for n in dqkm.__all__ if n != "__version__"]
-    for mod in ("io", "datasets", "sparse", "metrics", "exceptions", "neighbors",
-                "kernel_approximation", "monitor", "progress", "kernels", "cluster_config"):
-        m = importlib.import_module(f"dqkm.{mod}")
-        names += [f"dqkm.{mod}.{n}" for n in m.__all__ if not n.isupper()]
+    for mod in PUBLIC_MODULES[1:]:
+        m = importlib.import_module(mod)
+        names += [f"{mod}.{n}" for n in m.__all__ if not n.isupper()]
     return names
 
 

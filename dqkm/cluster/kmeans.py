@@ -405,6 +405,29 @@ class KMeans(CenterInference, DqkmClusterer):
             ``empty_clusters``.
         RuntimeWarning
             An init array with an integer ``n_init`` other than 1 (one run is made).
+
+        Examples
+        --------
+        >>> import os, tempfile
+        >>> import numpy as np, dqkm
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> objectives = []
+        >>> km = dqkm.KMeans(n_clusters=2, random_state=0).fit(
+        ...     X, callback=lambda record, state: objectives.append(record["objective"]))
+        >>> km.cluster_centers_[np.argsort(km.cluster_centers_[:, 0])]
+        array([[ 0. ,  0.5],
+               [10. , 10.5]])
+        >>> objectives == [record["objective"] for record in km.history_]
+        True
+
+        A fit that writes a checkpoint after every iteration (``resume=True``
+        continues it after an interruption) ends where the plain fit does:
+
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     ck = dqkm.KMeans(n_clusters=2, random_state=0).fit(
+        ...         X, checkpoint=os.path.join(d, "ckpt"), resume=True)
+        >>> bool(np.array_equal(ck.cluster_centers_, km.cluster_centers_))
+        True
         """
         return self._fit(X, callback=callback, checkpoint=checkpoint, resume=resume,
                          sample_weight=sample_weight)

@@ -101,10 +101,10 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
     --------
     >>> import numpy as np
     >>> from dqkm import MiniBatchKMeans
-    >>> X = np.array([[1, 2], [1, 4], [1, 0], [4, 2], [4, 0], [4, 4]], dtype=float)
+    >>> X = np.array([[0, 0], [0, 1], [0, 2], [10, 10], [10, 11], [10, 12]], dtype=float)
     >>> km = MiniBatchKMeans(2, batch_size=3, random_state=0, n_init=3).fit(X)
-    >>> sorted(np.round(km.cluster_centers_[:, 0]).tolist())
-    [1.0, 4.0]
+    >>> sorted(km.cluster_centers_[:, 0].round().tolist())
+    [0.0, 10.0]
     """
 
     _parameter_constraints = {
@@ -241,6 +241,14 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> mb = dqkm.MiniBatchKMeans(2, batch_size=2, random_state=0).fit(X)
+        >>> sorted(mb.cluster_centers_[:, 0].round().tolist()), len(mb.history_) == mb.n_iter_
+        ([0.0, 10.0], True)
         """
         Xd, lazy, w, state = self._run_epochs(X, sample_weight, callback, checkpoint, resume)
         n = Xd.shape[0]
@@ -358,6 +366,18 @@ class MiniBatchKMeans(CenterInference, DqkmClusterer):
         Returns
         -------
         self
+
+        Examples
+        --------
+        Data that arrives in pieces, one call per piece:
+
+        >>> import numpy as np, dqkm
+        >>> X = np.array([[0., 0.], [0., 1.], [10., 10.], [10., 11.]])
+        >>> mb = dqkm.MiniBatchKMeans(2, random_state=0)
+        >>> for piece in (X, X + 0.1):
+        ...     mb = mb.partial_fit(piece)
+        >>> mb.n_steps_, sorted(mb.cluster_centers_[:, 0].round().tolist())
+        (2, [0.0, 10.0])
         """
         Xd, lazy, w, n_init = self._begin_partial(X, sample_weight, "cluster_centers_")
         n = Xd.shape[0]

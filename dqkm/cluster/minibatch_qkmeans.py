@@ -108,13 +108,12 @@ class MiniBatchQKMeans(MiniBatchKMeans):
 
     Examples
     --------
-    >>> import dqkm
-    >>> from sklearn.datasets import load_digits
-    >>> X = load_digits().data
-    >>> mb = dqkm.MiniBatchQKMeans(10, sparsity=3, batch_size=256, max_iter=3,
-    ...                            palm_iter_init=20, random_state=0).fit(X)
+    >>> import numpy as np, dqkm
+    >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+    >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+    ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
     >>> mb.factors_.shape, mb.predict(X[:3]).shape
-    ((10, 64), (3,))
+    ((4, 4), (3,))
     """
 
     _parameter_constraints = {
@@ -242,6 +241,15 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> mb.n_refits_ >= 1, float(mb.cluster_centers_.round(1).max())
+        (True, 10.0)
         """
         Xd, lazy, w, state = self._run_epochs(X, sample_weight, callback, checkpoint, resume)
         n = Xd.shape[0]
@@ -265,6 +273,20 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         Returns
         -------
         self
+
+        Examples
+        --------
+        Data that arrives in pieces, one call per piece (each call ends with a
+        refit of the factors):
+
+        >>> import numpy as np, dqkm
+        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)
+        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2,
+        ...                            random_state=0)
+        >>> for piece in (X, X):
+        ...     mb = mb.partial_fit(piece)
+        >>> mb.n_steps_, mb.n_refits_, len(set(mb.predict(X[::10]).tolist()))
+        (2, 2, 4)
         """
         Xd, lazy, w, n_init = self._begin_partial(X, sample_weight, "factors_")
         n = Xd.shape[0]
@@ -292,19 +314,87 @@ class MiniBatchQKMeans(MiniBatchKMeans):
 
     # ------------------------------------------------------------- inference
     def predict(self, X):
-        """Nearest centroid of each sample, computed with the sparse factors."""
+        """Nearest centroid of each sample, computed with the sparse factors.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        labels : ndarray or Dask array of shape (n_samples,), int
+            Index of the cluster of each sample.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> labels = mb.predict(X)
+        >>> len(set(labels.tolist())), bool((labels[::10] == mb.labels_[::10]).all())
+        (4, True)
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign_factors(Xd, self.factors_), lazy)
 
     def transform(self, X):
-        """Euclidean distances to every centroid (via the factors), (n_samples, n_clusters)."""
+        """Euclidean distances to every centroid, computed with the sparse factors.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
+            X's row chunks.
+
+        Returns
+        -------
+        distances : ndarray or Dask array of shape (n_samples, n_clusters)
+            Distance of each sample to each row of ``factors_``.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> d = mb.transform(X[:1])
+        >>> d.shape, round(float(d.min()), 3)
+        ((1, 4), 0.0)
+        """
         check_is_fitted(self)
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(factor_distances(Xd, self.factors_), lazy)
 
     def score(self, X, y=None, sample_weight=None):
-        """Opposite of the (weighted) QK-means objective of X."""
+        """Opposite of the (weighted) QK-means objective of X.
+
+        Parameters
+        ----------
+        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like or Dask array of shape (n_samples,), optional
+            Non-negative weight of every row (checked as in ``fit``); None weighs
+            every row 1.
+
+        Returns
+        -------
+        score : float
+            Minus the sum over rows of the weighted squared distance to the
+            nearest centroid (via the factors); higher is better.
+
+        Examples
+        --------
+        >>> import numpy as np, dqkm
+        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        >>> bool(mb.score(X) > -1e-6), round(mb.score(X + 1.0), 3)  # 40 rows at squared distance 4
+        (True, -160.0)
+        """
         check_is_fitted(self)
         Xd, _ = self._validate_X(X, reset=False)
         return -factor_inertia(Xd, self.factors_, sample_weight=aligned_weights(

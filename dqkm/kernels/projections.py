@@ -241,6 +241,13 @@ class _Projection:
         Returns
         -------
         mask : ndarray of bool, shape ``self.shape``
+
+        Examples
+        --------
+        >>> from dqkm.kernels import Sp
+        >>> Sp((2, 2), 2).support([[3., -1.], [0.5, 4.]])  # the 2 largest |entries|
+        array([[ True, False],
+               [False,  True]])
         """
         return self._mask(_abs64(self._check_input(M)))
 
