@@ -441,7 +441,8 @@ class KMeans(CenterInference, DqkmClusterer):
             When fewer than ``n_clusters`` clusters hold points at the end (X
             has fewer distinct points, or a cluster lost its points and kept its
             center), in scikit-learn's words; counted from the last iteration's
-            ``empty_clusters``.
+            ``empty_clusters`` (its ``empty_after_relocation`` with
+            ``empty_clusters='relocate'``).
         RuntimeWarning
             An init array with an integer ``n_init`` other than 1 (one run is made).
         """
@@ -493,10 +494,11 @@ class KMeans(CenterInference, DqkmClusterer):
         empty = last.get("empty_after_relocation", last["empty_clusters"])
         distinct = self.n_clusters - len(empty or ())
         if distinct < self.n_clusters:
+            rule = ("left with weight 0 after relocation" if "empty_after_relocation" in last
+                    else "that lost its points (an empty cluster keeps its previous center)")
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
                           f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
-                          "in X, or a cluster that lost its points (an empty cluster keeps "
-                          "its previous center).", ConvergenceWarning, stacklevel=4)
+                          f"in X, or a cluster {rule}.", ConvergenceWarning, stacklevel=4)
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.
     def _check_extra_params(self, n_features):
