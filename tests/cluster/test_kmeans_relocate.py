@@ -149,3 +149,24 @@ def test_subclasses_without_the_option_do_not_list_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         assert "empty_clusters" not in dqkm.KMeansL1(2, radius=10.0).get_params()
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_resume_after_a_relocation_equals_the_uninterrupted_fit(tmp_path):
+    X, init, w = _data(seed=5)
+    make = lambda: dqkm.KMeans(6, init=init, n_init=1, empty_clusters="relocate")  # noqa: E731
+    full = make().fit(X, sample_weight=w)
+    assert full.history_[0]["relocated"]
+
+    def stop(rec, state):
+        raise _Interrupt("after the first iteration")
+
+    with pytest.raises(_Interrupt):
+        make().fit(X, sample_weight=w, checkpoint=tmp_path / "ck", callback=stop)
+    resumed = make().fit(X, sample_weight=w, checkpoint=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
+    np.testing.assert_array_equal(resumed.labels_, full.labels_)
+    assert resumed.n_iter_ == full.n_iter_ and resumed.history_[0]["relocated"] == [3, 4, 5]
