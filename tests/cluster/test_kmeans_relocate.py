@@ -78,6 +78,19 @@ def test_relocation_on_dask_chunks_equals_scikit_learn(kind, algorithm):
     _assert_same_fit(km, _reference(X, init, w, algorithm))
 
 
+@pytest.mark.distributed
+def test_relocation_on_a_local_cluster_with_bounds_held_by_the_workers(dist_client):
+    """X persisted on the workers, the Hamerly bounds kept there beside its blocks:
+    the relocated centers' shifts keep them valid (scikit-learn's result)."""
+    X, init, w = _data(seed=6)
+    w = w + 1.0  # positive: every relocated cluster keeps its row
+    km = dqkm.KMeans(6, init=init, n_init=1, algorithm="hamerly", persist=True,
+                     empty_clusters="relocate")
+    km.fit(da.from_array(X, chunks=(40, -1)), sample_weight=w)
+    _assert_same_fit(km, _reference(X, init, w, "hamerly"))
+    assert km.history_[0]["relocated"] and km.history_[-1]["skipped"] > 0
+
+
 def test_an_extra_pass_only_after_a_pass_that_left_a_cluster_empty(monkeypatch):
     calls = []
     real = relocate_module.farthest_rows_pass
