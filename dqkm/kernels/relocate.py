@@ -57,7 +57,7 @@ def farthest_rows(min_sq_dist, labels, n, offset=0):
     d = np.asarray(min_sq_dist, dtype=np.float64)
     n = min(int(n), d.shape[0])
     if n < d.shape[0]:
-        # every row tied with the n-th largest distance stays a candidate (the row order breaks ties)
+        # every row tied with the n-th largest distance stays a candidate (rows break ties)
         cut = np.partition(d, d.shape[0] - n)[d.shape[0] - n]
         cand = np.flatnonzero(d >= cut)
     else:
