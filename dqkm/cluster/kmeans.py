@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import warnings
+from functools import partial
 from numbers import Integral, Real
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample
 from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, lloyd_step, sample_rows,
                               weighted_sample_rows)
+from ..parallel.relocate import relocate_empty_clusters
 from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
 from ._driver import IterativeAlgorithm, run_fit
@@ -64,6 +66,7 @@ class LloydAlgorithm(IterativeAlgorithm):
             warnings.warn("algorithm='elkan' doesn't make sense for a single cluster. Using "
                           "'lloyd' instead.", RuntimeWarning, stacklevel=4)
             self.algorithm = "lloyd"
+        self.empty_clusters = getattr(estimator, "empty_clusters", "keep")
         self.sample_weight = None
         self._passes = None  # the bound-pruned passes and their per-row state
 
@@ -105,9 +108,20 @@ class LloydAlgorithm(IterativeAlgorithm):
     def step(self, X, state, iteration, tol_abs):
         passes = self._bounded(X)
         if passes is not None:
-            return passes.step(state, iteration, tol=self.tol, tol_abs=tol_abs)
+            return passes.step(state, iteration, tol=self.tol, tol_abs=tol_abs,
+                               relocate=self._relocation(X))
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
-                          split_every=self.split_every, sample_weight=self.sample_weight)
+                          split_every=self.split_every, sample_weight=self.sample_weight,
+                          relocate=self._relocation(X))
+
+    def _relocation(self, X):
+        """The steps' ``relocate`` hook: None ('keep') or scikit-learn's relocation
+        of empty clusters to the farthest rows ('relocate', one extra pass over X
+        after a pass that left a cluster empty)."""
+        if self.empty_clusters != "relocate":
+            return None
+        return partial(relocate_empty_clusters, X, sample_weight=self.sample_weight,
+                       split_every=self.split_every)
 
     def pack(self, state):
         return {"centers": np.asarray(state)}
@@ -211,6 +225,24 @@ class KMeans(CenterInference, DqkmClusterer):
         scikit-learn's parameter, accepted for compatibility: dqkm never
         modifies X (it neither centers X in place nor writes to it), so
         ``copy_x=False`` and ``True`` give the same fit and leave X as given.
+    empty_clusters : {'keep', 'relocate'}, default='keep'
+        What an iteration does with a cluster that received no point (or only
+        points of weight 0).  'keep': it keeps its previous center and is
+        listed in the iteration's ``history_`` record under
+        ``empty_clusters``; it may win points back in a later iteration.
+        'relocate': scikit-learn's rule (its 'lloyd' and 'elkan'
+        iterations): the empty clusters, in increasing index, take the rows
+        farthest from their assigned centers (largest squared distance first,
+        ties by lower row index), each row's weighted contribution moving out
+        of its old cluster's sum and weight; no row moves when every row sits
+        on its center (more clusters than distinct points), and a cluster of
+        weight 0 afterwards gets the center of the heaviest cluster.  This
+        costs one extra pass over X after each pass that left a cluster empty
+        (the top rows by distance of every chunk, merged on the driver, then
+        those rows read), none otherwise.  Works with every ``algorithm``: the
+        bounds move by each center's exact shift, a relocated one's included.
+        The records of such iterations also hold ``relocated`` (the clusters
+        that received a row) and ``empty_after_relocation``.
 
     Attributes
     ----------
@@ -226,8 +258,9 @@ class KMeans(CenterInference, DqkmClusterer):
         One dict per iteration: ``iteration``, ``objective`` (the inertia of
         that iteration's labels w.r.t. the centers it started from),
         ``shift`` (sum of squared center moves), ``seconds``,
-        ``empty_clusters`` (indices of clusters that kept their previous
-        center because no point was assigned to them).
+        ``empty_clusters`` (indices of clusters to which no point, or only
+        points of weight 0, was assigned: they kept their previous center, or
+        were relocated with ``empty_clusters='relocate'``).
 
     References
     ----------
@@ -258,22 +291,27 @@ class KMeans(CenterInference, DqkmClusterer):
         "init_max_iter": [Interval(Integral, 1, None, closed="left"), None],
         "verbose": VERBOSE,
         "copy_x": ["boolean"],
+        "empty_clusters": [Options(str, {"keep", "relocate"})],
     }
 
     _accept_sparse = True
 
     def __init_subclass__(cls, **kwargs):
-        """A subclass whose constructor does not take ``copy_x`` (QKMeans,
-        KMeansL1) drops it from the parameter table it copied from KMeans."""
+        """A subclass whose constructor does not take ``copy_x`` or
+        ``empty_clusters`` (QKMeans, KMeansL1) drops them from the parameter
+        table it copied from KMeans."""
         super().__init_subclass__(**kwargs)
         table = cls.__dict__.get("_parameter_constraints")
-        if table is not None and "copy_x" in table and \
-                "copy_x" not in inspect.signature(cls.__init__).parameters:
-            cls._parameter_constraints = {k: v for k, v in table.items() if k != "copy_x"}
+        if table is not None:
+            taken = inspect.signature(cls.__init__).parameters
+            drop = {k for k in ("copy_x", "empty_clusters") if k in table and k not in taken}
+            if drop:
+                cls._parameter_constraints = {k: v for k, v in table.items() if k not in drop}
 
     def __init__(self, n_clusters=8, *, init="k-means++", n_init="auto", max_iter=300,
                  tol=1e-4, algorithm="lloyd", random_state=None, persist="auto", split_every=None,
-                 oversampling_factor=2.0, init_max_iter=None, verbose=0, copy_x=True):
+                 oversampling_factor=2.0, init_max_iter=None, verbose=0, copy_x=True,
+                 empty_clusters="keep"):
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
@@ -287,6 +325,7 @@ class KMeans(CenterInference, DqkmClusterer):
         self.init_max_iter = init_max_iter
         self.verbose = verbose
         self.copy_x = copy_x
+        self.empty_clusters = empty_clusters
 
     # ------------------------------------------------------------------ params
     def _check_params(self, n_samples):
@@ -402,7 +441,8 @@ class KMeans(CenterInference, DqkmClusterer):
             When fewer than ``n_clusters`` clusters hold points at the end (X
             has fewer distinct points, or a cluster lost its points and kept its
             center), in scikit-learn's words; counted from the last iteration's
-            ``empty_clusters``.
+            ``empty_clusters`` (its ``empty_after_relocation`` with
+            ``empty_clusters='relocate'``).
         RuntimeWarning
             An init array with an integer ``n_init`` other than 1 (one run is made).
 
@@ -473,12 +513,15 @@ class KMeans(CenterInference, DqkmClusterer):
         fewer distinct points than ``n_clusters``)."""
         if not history or "empty_clusters" not in history[-1]:
             return
-        distinct = self.n_clusters - len(history[-1]["empty_clusters"] or ())
+        last = history[-1]
+        empty = last.get("empty_after_relocation", last["empty_clusters"])
+        distinct = self.n_clusters - len(empty or ())
         if distinct < self.n_clusters:
+            rule = ("left with weight 0 after relocation" if "empty_after_relocation" in last
+                    else "that lost its points (an empty cluster keeps its previous center)")
             warnings.warn(f"Number of distinct clusters ({distinct}) found smaller than "
                           f"n_clusters ({self.n_clusters}). Possibly due to duplicate points "
-                          "in X, or a cluster that lost its points (an empty cluster keeps "
-                          "its previous center).", ConvergenceWarning, stacklevel=4)
+                          f"in X, or a cluster {rule}.", ConvergenceWarning, stacklevel=4)
 
     # The pieces below are what the K-means family (KMeansL1, QKMeans) overrides.
     def _check_extra_params(self, n_features):

@@ -246,7 +246,7 @@ class BoundedPasses:
         if self.directory is not None and self.has_files:
             remove_block_states(self.directory, self.generation, [index])
 
-    def step(self, centers, iteration, *, tol, tol_abs):
+    def step(self, centers, iteration, *, tol, tol_abs, relocate=None):
         """One Lloyd iteration with pruning: ``(new_centers, record, tol_abs)`` as
         :func:`~dqkm.parallel.lloyd.lloyd_step`; the record also holds
         ``skipped``, the share of row-center distances not computed, and
@@ -271,12 +271,15 @@ class BoundedPasses:
         new = centers.astype(np.float64, copy=True)
         nz = counts > 0
         new[nz] = res["sums"][nz] / counts[nz, None]
+        info = {}
+        if relocate is not None and empty.size:
+            new, info = relocate(centers, res["sums"], counts)
         new = new.astype(X.dtype)
         moved = float(((new.astype(np.float64) - centers) ** 2).sum())
         rec = {"iteration": iteration, "objective": float(res["objective"]), "shift": moved,
                "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist(),
                "skipped": res["skipped"] / max(res["distances"], 1),
-               "blocks_without_bounds": res["fresh_blocks"]}
+               "blocks_without_bounds": res["fresh_blocks"], **info}
         return new, rec, tol_abs
 
     def _pass(self, geom, with_moments, n_clusters):

@@ -215,7 +215,7 @@ def tolerance_from_moments(moments, tol):
 
 
 def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=None,
-               update=None, sample_weight=None):
+               update=None, sample_weight=None, relocate=None):
     """One Lloyd iteration (one pass over X): ``(new_centers, record, tol_abs)``.
 
     ``tol`` is relative to the mean feature variance of X (sklearn's meaning);
@@ -231,6 +231,11 @@ def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=Non
     The record holds ``iteration``, ``objective`` (w.r.t. ``centers``),
     ``shift`` (squared center moves), ``seconds`` and ``empty_clusters``; the
     fit driver (:mod:`dqkm.cluster._driver`) runs the iterations.
+
+    ``relocate``, if given, is called as ``relocate(centers, sums, weights)``
+    when the pass left a cluster empty and returns ``(new_centers, info)``
+    in place of the rule above (``info`` is added to the record; see
+    :func:`dqkm.parallel.relocate.relocate_empty_clusters`).
     """
     t0 = time.perf_counter()
     centers = np.asarray(centers, dtype=X.dtype)
@@ -243,12 +248,15 @@ def lloyd_step(X, centers, iteration, *, tol=1e-4, tol_abs=None, split_every=Non
     new = centers.astype(np.float64, copy=True)
     nz = counts > 0
     new[nz] = res["sums"][nz] / counts[nz, None]
+    info = {}
+    if relocate is not None and empty.size:
+        new, info = relocate(centers, res["sums"], counts)
     if update is not None:
         new = update(new)
     new = new.astype(X.dtype)
     shift = float(((new.astype(np.float64) - centers) ** 2).sum())
     rec = {"iteration": iteration, "objective": float(res["objective"]), "shift": shift,
-           "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist()}
+           "seconds": time.perf_counter() - t0, "empty_clusters": empty.tolist(), **info}
     return new, rec, tol_abs
 
 

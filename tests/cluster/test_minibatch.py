@@ -215,3 +215,28 @@ def test_early_stop_is_recorded_and_printed_in_scikit_learns_words(tol, max_no_i
     last = km.history_[-1]["stop_reason"]
     assert last == f"{reason}{km.n_steps_}"
     assert f"{last}.\n" in capsys.readouterr().out
+
+
+def test_fit_equals_partial_fit_calls_over_the_same_batches(digits, monkeypatch):
+    """The batches fit draws, given one by one to partial_fit, give fit's centers
+    (same init; no random reassignment, which draws from the generator)."""
+    import dqkm.cluster.minibatch as module
+
+    batches, real = [], module.minibatch_step
+
+    def recording(Xb, wb, *args, **kw):
+        batches.append((np.array(Xb), np.array(wb)))
+        return real(Xb, wb, *args, **kw)
+
+    kw = dict(init=digits[:10], batch_size=100, max_iter=2, max_no_improvement=None, tol=0.0,
+              reassignment_ratio=0, compute_labels=False, random_state=0)
+    w = np.random.default_rng(0).integers(1, 4, size=digits.shape[0]).astype(np.float64)
+    monkeypatch.setattr(module, "minibatch_step", recording)
+    fitted = dqkm.MiniBatchKMeans(10, **kw).fit(digits, sample_weight=w)
+    monkeypatch.undo()
+    assert len(batches) == fitted.n_steps_ == (2 * digits.shape[0]) // 100  # scikit-learn's count
+    stepped = dqkm.MiniBatchKMeans(10, **kw)
+    for Xb, wb in batches:
+        stepped.partial_fit(Xb, sample_weight=wb)
+    np.testing.assert_array_equal(stepped.cluster_centers_, fitted.cluster_centers_)
+    assert stepped.n_steps_ == fitted.n_steps_

@@ -143,3 +143,19 @@ def test_stores_dqkm_writes_open_with_xarray(tmp_path, blobs):
     assert model["cluster_centers_"].shape == (4, 3)
     single = save_array(blobs, tmp_path / "a.zarr")
     assert zarr.open_array(single, mode="r").metadata.dimension_names == ("sample", "feature")
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "parquet", "csv"])
+def test_fit_on_a_url_equals_the_path(tmp_path, blobs, fmt):
+    path = _write(tmp_path, blobs, fmt)
+    by_path = dqkm.KMeans(4, random_state=0).fit(str(path))
+    by_url = dqkm.KMeans(4, random_state=0).fit(path.as_uri())
+    assert isinstance(by_url.labels_, da.Array)
+    np.testing.assert_array_equal(by_url.cluster_centers_, by_path.cluster_centers_)
+    np.testing.assert_array_equal(by_url.labels_.compute(), by_path.labels_.compute())
+
+
+def test_hdf5_url_is_refused_saying_to_use_a_local_path(tmp_path, blobs):
+    url = _write(tmp_path, blobs, "hdf5").as_uri()
+    with pytest.raises(StoreError, match=r"hdf5 files are read from a local path; got the URL"):
+        dqkm.KMeans(4).fit(url)
