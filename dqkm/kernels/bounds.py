@@ -17,8 +17,8 @@ rounded outward by a relative margin far above float64 rounding
 (``_EPS``): upper bounds up, lower bounds and half-separations down, shifts
 up, so a bound stays valid for the exact distances.  Distances are computed
 in float64; the labels are those of the float64 distances with the lowest
-index on ties, which are the Lloyd kernel's labels unless that kernel's own
-rounding (X's dtype) decides a near-tie differently.
+index on ties (:func:`dqkm.kernels.lloyd.exact_sq_dist`), which is how the
+Lloyd kernels certify theirs: the labels are identical.
 
 The sums, counts, per-row distances and objective are accumulated by the
 Lloyd kernel's finishing loop, so for the same labels they are bit-identical
@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .lloyd import _finish_tile, _outputs, _prepare
+from .lloyd import _finish_tile, _outputs, _prepare, exact_sq_dist
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult"]
@@ -112,14 +112,9 @@ def _pair_sq_dists(c):
     return out
 
 
-@njit(nogil=True, cache=True)
-def _sq_dist(X, r, centers, j):
-    """``‖X[r] − centers[j]‖²`` in float64, in feature order."""
-    acc = 0.0
-    for f in range(X.shape[1]):
-        u = np.float64(X[r, f]) - np.float64(centers[j, f])
-        acc += u * u
-    return acc
+# ‖X[r] − centers[j]‖² in float64, in feature order: the distance that defines the
+# labels of every dense kernel, the Lloyd kernels' included.
+_sq_dist = exact_sq_dist
 
 
 @njit(nogil=True, cache=True)

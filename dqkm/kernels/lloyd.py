@@ -18,8 +18,17 @@ float32 data and at K = 64 as at K = 256, the direct kernel takes about a fifth
 of the GEMM kernel's time at 2 features, half at 16, three quarters at 32, the
 same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels
 give the lowest index on ties and the same float64 sums, counts and per-row
-exact distances (the finishing pass is shared); only their rounding of
-near-ties differs, the direct one being the exact one far from the origin.
+exact distances (the finishing pass is shared).
+
+Labels are exact.  Each kernel keeps the second smallest value beside the
+smallest and bounds its own rounding: where the two are closer than that bound
+(a near-tie) the row is decided by :func:`exact_sq_dist`, the float64 distance
+summed in feature order, lowest index on ties.  So the direct kernel (any
+dtype) and the float64 GEMM kernel give the labels of exact float64 distances,
+the same as the bound-pruned kernels (:mod:`dqkm.kernels.bounds`) whatever
+the order of their sums.  The float32 GEMM kernel (float32 X above
+``_DIRECT_MAX_D`` features) keeps its float32 rounding: its error grows with
+the data's distance from the origin, where certifying would rescan most rows.
 
 All kernels here are pure: they never mutate their inputs and hold no state.
 """
@@ -33,7 +42,8 @@ from numba import njit
 from ._direct import argmin_direct
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
-           "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted"]
+           "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
+           "exact_sq_dist"]
 
 _TILE = 256
 
@@ -134,6 +144,51 @@ def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, lab
 
 
 @njit(nogil=True, cache=True)
+def _argmin2_columns(G, k, t, half_norms, best, sec, labels, offset):  # OUT best, sec, labels
+    """:func:`_argmin_columns` that also keeps ``sec[i]``, the second smallest
+    ``half_norms[j] − G[j, i]`` (+inf when K = 1), for :func:`_certify_gemm`."""
+    for i in range(t):
+        best[i] = np.inf
+        sec[i] = np.inf
+        labels[offset + i] = 0
+    for j in range(k):
+        hj = half_norms[j]
+        gj = G[j]
+        for i in range(t):
+            v = hj - gj[i]
+            b = best[i]
+            m = v < b
+            sec[i] = b if m else (v if v < sec[i] else sec[i])
+            best[i] = v if m else b
+            labels[offset + i] = j if m else labels[offset + i]
+
+
+@njit(nogil=True, cache=True)
+def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT labels
+    """Make the tile's labels (float64 GEMM, ``best``/``sec`` the smallest and
+    second smallest ``½‖c‖² − x·c``) those of :func:`exact_sq_dist`.
+
+    Each computed value is within ``γ·(‖x‖² + ‖c‖²)`` of the exact one for any
+    order of the GEMM's sums (γ ≈ (D + 2)·u); when the second smallest exceeds
+    the smallest by more than ``scale·(‖x‖² + max ‖c‖²)`` (``scale`` holds both
+    values' errors and the float64 reference's with a margin) the label stands;
+    a row within it (a near-tie) is decided by the exact distances to every
+    center.  Rows whose best is not finite are left (the callers refuse them).
+    """
+    for i in range(t):
+        b = best[i]
+        if not np.isfinite(b):
+            continue
+        r = start + i
+        xn = 0.0
+        for f in range(X.shape[1]):
+            xn += X[r, f] * X[r, f]
+        if sec[i] - b > scale * (xn + cmax):
+            continue
+        labels[r] = _exact_label(X, r, centers)
+
+
+@njit(nogil=True, cache=True)
 def _argmin_tile64(X, start, stop, centers64, half64, best64, labels):  # OUT best64, labels
     """:func:`_argmin_columns` for rows ``start … stop`` of X, in float64."""
     gT = np.dot(centers64, X[start:stop].astype(np.float64).T)
@@ -156,8 +211,8 @@ def _mark_overflow(best64, t, mind, start):  # OUT mind
 
 
 @njit(nogil=True, cache=True)
-def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, labels, mind,
-           with_sums):  # OUT sums, counts, labels, mind
+def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
+           labels, mind, with_sums):  # OUT sums, counts, labels, mind
     """One GEMM per tile of ``_TILE`` rows, finished while the tile is in cache.
 
     The products are formed as ``C·X_tileᵀ`` (K × tile) for the column-wise
@@ -168,11 +223,14 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, label
     tile whose best value ½‖c‖² − x·c is not finite (a product overflowed,
     or X holds NaN/inf) is assigned again in float64; a row whose float64
     best is still not finite gets distance +inf (its distances overflow
-    float64, or it holds NaN/inf): the callers refuse it.
+    float64, or it holds NaN/inf): the callers refuse it.  With ``exact``
+    (float64 X) every label is certified to be that of :func:`exact_sq_dist`
+    (:func:`_certify_gemm`).
     """
     n = X.shape[0]
     objective = 0.0
     best = np.empty(_TILE, dtype=X.dtype)
+    sec = np.empty(_TILE, dtype=X.dtype)
     best64 = np.empty(_TILE, dtype=np.float64)
     for start in range(0, n, _TILE):
         stop = min(start + _TILE, n)
@@ -180,13 +238,18 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, label
         again = use64
         if not use64:
             gT = np.dot(centers, X[start:stop].T)
-            _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
+            if exact:
+                _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, labels, start)
+            else:
+                _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
             for i in range(t):
                 if not np.isfinite(best[i]):
                     again = True
                     break
         if again:
             _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
+        elif exact:
+            _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax)
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
                                  with_sums, objective)
         if again and _mark_overflow(best64, t, mind, start):
@@ -216,13 +279,71 @@ def _finish_tile(X, start, stop, centers, sums, counts, labels, mind, with_sums,
     return objective
 
 
+@njit(nogil=True, cache=True)  # no fastmath: the one reference sum, in feature order
+def exact_sq_dist(X, r, centers, j):
+    """``‖X[r] − centers[j]‖²`` summed in float64 in feature order: the distance
+    every dense kernel's labels are defined by (lowest index on ties)."""
+    acc = 0.0
+    for f in range(X.shape[1]):
+        u = np.float64(X[r, f]) - np.float64(centers[j, f])
+        acc += u * u
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def _exact_label(X, r, centers):
+    """The lowest j with the smallest :func:`exact_sq_dist` of row r."""
+    best = np.inf
+    arg = -1
+    for j in range(centers.shape[0]):
+        e = exact_sq_dist(X, r, centers, j)
+        if arg < 0 or e < best:
+            best = e
+            arg = j
+    return arg
+
+
+def _direct_rounding(dtype, dp):
+    """``(margin, tiny)`` of :func:`_certify_direct` for direct distances over
+    ``dp`` features in ``dtype``: each computed distance is within
+    ``γ·d + dp·s`` of the exact one (γ ≈ (dp + 2)·u for any order of the
+    additions, FMA or not, u the dtype's unit roundoff; ``s`` its smallest
+    subnormal covers underflow), the exact float64 reference within far less;
+    the margin holds both with a factor above 2."""
+    fi = np.finfo(dtype)
+    return float(8 * (dp + 4) * fi.eps / 2), float(4 * dp * fi.smallest_subnormal)
+
+
+@njit(nogil=True, cache=True)
+def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny):  # OUT lab
+    """Make the tile's labels those of :func:`exact_sq_dist` (lowest index on ties).
+
+    Direct distances are sums of non-negative terms, so the rounding of each is
+    relative: when the second smallest exceeds the smallest by more than
+    ``margin·best + tiny`` no other center can be as near in exact arithmetic,
+    and the label stands.  The rare rows within that margin (near-ties) are
+    decided by the exact float64 distances of every center.  Rows whose best
+    is not finite are left (the callers refuse them).
+    """
+    for i in range(t):
+        b = np.float64(best[i])
+        if not np.isfinite(b):
+            continue
+        if np.float64(sec[i]) - b > margin * b + tiny:
+            continue
+        lab[i] = _exact_label(X, start + i, centers)
+
+
 @njit(nogil=True, cache=True)  # no fastmath here: it slowed the tile loop twofold at D = 2
-def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
+def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums, counts, labels,
+            mind, with_sums):  # OUT sums, counts, labels, mind
     """:func:`_tiled` with direct distances (:func:`~dqkm.kernels._direct.argmin_direct`)
     in place of the GEMM, for ``n_features ≤ _DIRECT_MAX_D``; ``tile`` rows at a time.
 
     ``cpad``/``cpad64`` are the centers in X's dtype and in float64, padded
-    with zero features to an even width.  A tile whose best distance is not
+    with zero features to an even width.  Every label is certified exact
+    (:func:`_certify_direct`, with the rounding bounds ``margin``/``tiny`` of
+    X's dtype and ``margin64``/``tiny64`` of float64).  A tile whose best distance is not
     finite (the squares overflow X's dtype, or X holds NaN/inf) is assigned
     again in float64; a row whose float64 best is still not finite gets
     distance +inf, as in :func:`_tiled`.
@@ -232,16 +353,18 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
     objective = 0.0
     XT = np.zeros((dp, tile), dtype=X.dtype)
     best = np.empty(tile, dtype=X.dtype)
+    sec = np.empty(tile, dtype=X.dtype)
     dist = np.empty((2, tile), dtype=X.dtype)
     lab = np.empty(tile, dtype=np.int32)
     XT64 = np.zeros((dp, tile), dtype=np.float64)
     best64 = np.empty(tile, dtype=np.float64)
+    sec64 = np.empty(tile, dtype=np.float64)
     dist64 = np.empty((2, tile), dtype=np.float64)
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         t = stop - start
         _transpose_tile(X, start, t, XT)
-        argmin_direct(XT, t, cpad, best, dist[0], dist[1], lab)
+        argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
         again = False
         for i in range(t):
             if not np.isfinite(best[i]):
@@ -249,7 +372,10 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
                 break
         if again:
             _transpose_tile(X, start, t, XT64)
-            argmin_direct(XT64, t, cpad64, best64, dist64[0], dist64[1], lab)
+            argmin_direct(XT64, t, cpad64, best64, sec64, dist64[0], dist64[1], lab)
+            _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64)
+        else:
+            _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny)
         for i in range(t):
             labels[start + i] = lab[i]
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
@@ -271,9 +397,11 @@ def _run_direct(X, centers, sums, counts, labels, mind, with_sums, tile=None):
         tile = _direct_tile(d + d % 2)
     cpad64 = np.zeros((k, d + d % 2), dtype=np.float64)
     cpad64[:, :d] = centers
+    margin, tiny = _direct_rounding(X.dtype, d + d % 2)
+    margin64, tiny64 = _direct_rounding(np.float64, d + d % 2)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _direct(X, centers, cpad64.astype(X.dtype), cpad64, tile, sums, counts, labels,
-                       mind, with_sums)
+        return _direct(X, centers, cpad64.astype(X.dtype), cpad64, tile, margin, tiny, margin64,
+                       tiny64, sums, counts, labels, mind, with_sums)
 
 
 def _outputs(n, k, d, with_sums):
@@ -322,9 +450,12 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
         half64 = np.einsum("ij,ij->i", c64, c64) * 0.5
         half = half64.astype(X.dtype)
     use64 = bool(np.isfinite(half64).all() and not np.isfinite(half).all())
+    exact = X.dtype == np.float64
+    scale = 8.0 * (X.shape[1] + 4) * np.finfo(np.float64).eps
+    cmax = float(2.0 * half64.max()) if half64.size else 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        return _tiled(X, centers, half, c64, half64, use64, sums, counts, labels, mind,
-                      with_sums)
+        return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
+                      labels, mind, with_sums)
 
 
 def _prepare(X, centers):

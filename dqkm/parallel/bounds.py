@@ -25,9 +25,9 @@ number of iterations do too.
 Pruning is for dense blocks; CSR-chunked X, and float32 X above the Lloyd
 kernel's direct-distance dimension, run the Lloyd pass (the caller dispatches,
 see :func:`choose_algorithm`).  The bounds are checked against exact float64
-distances: on float32 data the labels are the Lloyd pass's except where its
-float32 rounding decides a near-tie (two centers within a relative ~D·6e-8
-of each other) otherwise.  State per row: Hamerly 20 bytes (label, upper, one lower
+distances, and the Lloyd kernels decide their near-ties by the same exact
+distances (:func:`dqkm.kernels.lloyd.exact_sq_dist`), so the labels are the
+Lloyd pass's on float32 and float64 data alike.  State per row: Hamerly 20 bytes (label, upper, one lower
 bound), Elkan ``12 + 8 K`` bytes (one lower bound per center).
 """
 
@@ -81,9 +81,9 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
     - CSR-chunked X runs 'lloyd' (pruning is for dense blocks).
     - float32 X with more than ``dqkm.kernels.lloyd._DIRECT_MAX_D`` features runs
-      'lloyd': there the Lloyd pass assigns by a float32 GEMM, whose rounding
-      decides near-ties otherwise than the exact distances the bounds are
-      checked against, so the bounds could not promise its labels.
+      'lloyd': there the Lloyd pass assigns by a float32 GEMM whose labels are
+      not certified exact (every other dense Lloyd kernel's are), so the bounds
+      could not promise its labels.
     - 'auto' is 'hamerly' when ``n_features × n_clusters`` is at least
       :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
       features, else 'lloyd': below, the Lloyd pass's kernel costs less per row

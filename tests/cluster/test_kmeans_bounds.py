@@ -319,3 +319,23 @@ def test_sidecar_of_irregular_chunks_has_one_chunk_per_block(tmp_path):
     (tmp_path / "mine.txt").write_text("not dqkm's")
     row_state.remove_state_directory(d, [1], len(chunks))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+@pytest.mark.parametrize("d", [3, 16])
+def test_bounds_equal_lloyd_on_near_ties_in_float32(algorithm, d):
+    """Rows almost midway between two initial centers (relative gap 1e-5, below
+    float32 rounding of the distances): the Lloyd kernels used to let their
+    float32 rounding decide these, the bounds the exact distances, and the fits
+    parted at the first step.  Both now decide near-ties exactly."""
+    rng = np.random.default_rng(d)
+    C = (rng.normal(size=(5, d)) * 3 + 10.0).astype(np.float32)
+    c1, c2 = C[0].astype(np.float64), C[1].astype(np.float64)
+    e = (c2 - c1) / np.linalg.norm(c2 - c1)
+    P = rng.normal(size=(3000, d)) * 2
+    P -= (P @ e)[:, None] * e
+    X = ((c1 + c2) / 2 + P + (rng.uniform(-1, 1, 3000) * 1e-5 * np.linalg.norm(c2 - c1))[:, None]
+         * e).astype(np.float32)
+    X = da.from_array(X, chunks=700)
+    _assert_same(_fit(X, algorithm, n_clusters=5, init=C, n_init=1),
+                 _fit(X, "lloyd", n_clusters=5, init=C, n_init=1))
