@@ -66,6 +66,7 @@ class LloydAlgorithm(IterativeAlgorithm):
             self.algorithm = "lloyd"
         self.sample_weight = None
         self._passes = None  # the bound-pruned passes and their per-row state
+        self.bounds_directory = None  # where bounds in files go (the fit's checkpoint dir)
 
     def identity(self, X):
         """Every constructor parameter but ``persist``, ``verbose``, ``copy_x`` and
@@ -87,7 +88,8 @@ class LloydAlgorithm(IterativeAlgorithm):
         if self._passes is None or self._passes.X is not X or self._passes.kind != kind:
             self.close()
             self._passes = BoundedPasses(X, kind, split_every=self.split_every,
-                                         sample_weight=self.sample_weight)
+                                         sample_weight=self.sample_weight,
+                                         directory=self.bounds_directory)
         return self._passes
 
     def begin_run(self, rng):
@@ -432,6 +434,8 @@ class KMeans(CenterInference, DqkmClusterer):
                     "iterations do not read weights. Fit without sample_weight, or repeat "
                     "rows to weigh them.")
             algorithm.sample_weight = w
+        if checkpoint is not None and isinstance(algorithm, LloydAlgorithm):
+            algorithm.bounds_directory = str(checkpoint)  # bounds in files go there
         if compose is not None:
             algorithm = compose(algorithm)
         fit = run_fit(algorithm, Xd, n_init=n_init, random_state=self.random_state,

@@ -10,8 +10,9 @@ one pass to the next:
   persisted task result on the worker that computed it, next to the block;
 - X re-read every pass (``persist=False``): the state of block ``i`` is chunk
   ``i`` of a Zarr sidecar chunk-aligned with X (:mod:`dqkm.data.row_state`),
-  in a directory this module creates and removes, so memory stays bounded by a
-  few chunks per worker.
+  in a directory this module creates and removes (under the fit's checkpoint
+  directory when it has one, else under the temporary directory), so memory
+  stays bounded by a few chunks per worker.
 
 Exactness does not depend on the state surviving.  The bounds of a block are
 valid for the centers they were last updated with (:attr:`BoundedPasses.valid_for`)
@@ -214,8 +215,10 @@ class BoundedPasses:
         Keep the state in the workers' memory (True) or in files beside the data
         (False); None: in memory when X is persisted (:func:`held_in_memory`).
     directory : str or None
-        Where the state directory is created with ``in_memory=False`` (None:
-        Dask's ``temporary-directory``, else the system's temporary directory).
+        Where the state directory is created with ``in_memory=False``
+        (``KMeans.fit`` passes its checkpoint directory; None: Dask's
+        ``temporary-directory``, else the system's temporary directory).  Only
+        the state directory this object created is removed, by :meth:`close`.
     """
 
     def __init__(self, X, kind, *, split_every=None, sample_weight=None, in_memory=None,

@@ -339,3 +339,36 @@ def test_bounds_equal_lloyd_on_near_ties_in_float32(algorithm, d):
     X = da.from_array(X, chunks=700)
     _assert_same(_fit(X, algorithm, n_clusters=5, init=C, n_init=1),
                  _fit(X, "lloyd", n_clusters=5, init=C, n_init=1))
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_in_files_live_under_the_checkpoint_and_survive_resume(tmp_path, blobs, algorithm):
+    """X re-read every pass (persist=False): with a checkpoint the bounds' Zarr
+    sidecar is written under the checkpoint directory (nothing in the temporary
+    directory), removed by the fit even when it is interrupted, and a resume
+    mid-fit (bounds rebuilt by a full scan) gives the uninterrupted result."""
+    da.from_array(blobs, chunks=900).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    ck, scratch = tmp_path / "ck", tmp_path / "scratch"
+    scratch.mkdir()
+    full = _fit(X, "lloyd", persist=False)
+    seen = []
+
+    def look(record, state):
+        seen.append(sorted(p.name for p in ck.iterdir() if p.name.startswith("dqkm-row-state")))
+        if len(seen) == 4:
+            raise Interrupt
+
+    make = lambda: dqkm.KMeans(8, algorithm=algorithm, random_state=0, tol=1e-6,  # noqa: E731
+                               max_iter=60, persist=False)
+    with dask.config.set({"temporary-directory": str(scratch)}), pytest.raises(Interrupt):
+        make().fit(X, checkpoint=ck, callback=look)
+    assert all(len(s) == 1 for s in seen)  # one sidecar, under the checkpoint
+    assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        resumed = make().fit(X, checkpoint=ck, resume=True)
+    _assert_same(resumed, full)
+    assert resumed.history_[4]["blocks_without_bounds"] == 5  # rebuilt on resume
+    assert max(h["skipped"] for h in resumed.history_[5:]) > 0.5
+    assert list(scratch.iterdir()) == []
+    assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
