@@ -41,7 +41,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .lloyd import _finish_tile, _outputs, _prepare, exact_sq_dist
+from ._direct import argmin_direct
+from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs,
+                    _prepare, exact_sq_dist)
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult"]
@@ -360,6 +362,66 @@ def _rescan(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upp
 
 
 @njit(nogil=True, cache=True)
+def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper, lower, eps):  # OUT labels, upper, lower
+    """Hamerly's full scans of the rows ``rows`` by the Lloyd pass's direct
+    kernel (n_features ≤ ``_DIRECT_MAX_D``), ``tile`` rows at a time.
+
+    The kernel gives each row's smallest and second smallest distance in X's
+    dtype, each within a relative ``margin/2`` (plus ``tiny``) of the exact one
+    (:func:`dqkm.kernels.lloyd._direct_rounding`).  Where the second exceeds
+    the smallest by more than that, the label is the exact one, the upper bound
+    is its exact distance and the second, lowered by the margin, bounds every
+    other center's distance from below; a near-tie (or a row whose distances
+    overflow or hold NaN) is scanned exactly (:func:`_scan`).  The labels are
+    those of :func:`_rescan`."""
+    dp = cpad.shape[1]
+    d = X.shape[1]
+    k = centers.shape[0]
+    XT = np.zeros((dp, tile), dtype=X.dtype)
+    best = np.empty(tile, dtype=X.dtype)
+    sec = np.empty(tile, dtype=X.dtype)
+    dist = np.empty((2, tile), dtype=X.dtype)
+    lab = np.empty(tile, dtype=np.int32)
+    d2 = np.empty(k)
+    m = rows.shape[0]
+    for s in range(0, m, tile):
+        t = min(tile, m - s)
+        for i in range(t):
+            r = rows[s + i]
+            for f in range(d):
+                XT[f, i] = X[r, f]
+        argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
+        for i in range(t):
+            r = rows[s + i]
+            b = np.float64(best[i])
+            sv = np.float64(sec[i])
+            if np.isfinite(b) and sv - b > margin * b + tiny:
+                a = lab[i]
+                e = exact_sq_dist(X, r, centers, a)
+                second = max(sv * (1.0 - margin) - tiny, 0.0)
+            else:
+                a, e, second = _scan(X, r, CT, d2)
+            labels[r] = a
+            upper[r] = np.sqrt(e) * (1.0 + eps)
+            lower[r] = np.sqrt(second) * (1.0 - eps)
+
+
+def _rescan_hamerly(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upper, lower
+    """Hamerly's full scans: the direct kernel up to ``_DIRECT_MAX_D`` features
+    (as the Lloyd pass), else the GEMM of :func:`_rescan`."""
+    k, d = centers.shape
+    if d > _DIRECT_MAX_D:
+        return _rescan(X, rows, centers, CT, labels, upper, lower, eps)
+    dp = d + d % 2
+    cpad = np.zeros((k, dp), dtype=X.dtype)
+    cpad[:, :d] = centers
+    margin, tiny = _direct_rounding(X.dtype, dp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _rescan_direct(X, rows, centers, cpad, CT, _direct_tile(dp), margin, tiny, labels, upper,
+                       lower, eps)
+
+
+@njit(nogil=True, cache=True)
 def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, d2
     """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
     returns (label, upper bound, distances computed)."""
@@ -496,7 +558,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
         computed, m = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS,
                                     todo)
         if m:
-            _rescan(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
+            _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
             computed += m * k
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
