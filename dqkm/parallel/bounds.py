@@ -28,8 +28,10 @@ kernel's direct-distance dimension, run the Lloyd pass (the caller dispatches,
 see :func:`choose_algorithm`).  The bounds are checked against exact float64
 distances, and the Lloyd kernels decide their near-ties by the same exact
 distances (:func:`dqkm.kernels.lloyd.exact_sq_dist`), so the labels are the
-Lloyd pass's on float32 and float64 data alike.  State per row: Hamerly 20 bytes (label, upper, one lower
-bound), Elkan ``12 + 8 K`` bytes (one lower bound per center).
+Lloyd pass's on float32 and float64 data alike.  State per row in memory:
+Hamerly 20 bytes (label, upper, one lower bound), Elkan ``12 + 8 K`` bytes
+(one lower bound per center); in files every number is a float32, rounded
+outward (12 and ``8 + 4 K`` bytes).
 """
 
 from __future__ import annotations
@@ -108,17 +110,29 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
 # --------------------------------------------------------------------------- chunk level
 def _unpack(state, n, k, kind):
-    """(labels, upper, lower) from the 2-D float64 array a sidecar file holds."""
+    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds."""
     if state is None:
         return None
     lower = state[:, 2] if kind == "hamerly" else state[:, 2:]
-    return state[:, 0].astype(np.int32), state[:, 1].copy(), np.ascontiguousarray(lower)
+    return (state[:, 0].astype(np.int32), state[:, 1].astype(np.float64),
+            np.ascontiguousarray(lower, dtype=np.float64))
+
+
+def _round32(a, up):
+    """``a`` (float64) as float32 rounded up (``up``) or down: a bound stays a bound."""
+    a32 = a.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        off = a32 < a if up else a32 > a
+    a32[off] = np.nextafter(a32[off], np.float32(np.inf if up else -np.inf))
+    return a32
 
 
 def _pack(labels, upper, lower):
+    """One float32 row per row: label (exact below 2²⁴ clusters), the upper bound
+    rounded up and the lower bound(s) rounded down: half the bytes of float64."""
     n = labels.shape[0]
-    return np.concatenate([labels.astype(np.float64)[:, None], upper[:, None],
-                           lower.reshape(n, -1)], axis=1)
+    return np.concatenate([labels.astype(np.float32)[:, None], _round32(upper, True)[:, None],
+                           _round32(lower.reshape(n, -1), False)], axis=1)
 
 
 def _fresh(n, k, kind):
@@ -319,7 +333,8 @@ class BoundedPasses:
         if sidecar:
             self.written.add(self.generation + 1)
             width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
-            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width)
+            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width,
+                              "float32")
             (res,) = compute(red)
             self._advance_files()
         elif client is None:  # local threads: the blocks' states stay in this process
