@@ -178,9 +178,10 @@ class KMeans(CenterInference, DqkmClusterer):
         pass to the next and skip the distances they prove useless: the labels,
         centers, inertia and ``n_iter_`` are those of 'lloyd'.  The bounds are
         per-row state aligned with X's row chunks, held in the workers'
-        memory when X is persisted and in files beside the data (a temporary
-        directory the fit creates and removes; Dask's ``temporary-directory``
-        when set) when X is re-read every pass; a block whose state is lost,
+        memory when X is persisted and in files beside the data (under the
+        fit's ``checkpoint`` directory when given, else in a temporary
+        directory; either way the fit removes what it wrote) when X is re-read
+        every pass; a block whose state is lost,
         and every block after a resume, is assigned by a full scan.  Memory:
         20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
         'auto' is 'hamerly' where n_features × n_clusters ≥ 4096 and
@@ -188,8 +189,8 @@ class KMeans(CenterInference, DqkmClusterer):
         is for dense input: CSR input runs 'lloyd', and so does float32 input
         with more than 32 features (where the Lloyd pass's float32 GEMM rounds
         near-ties otherwise than the exact distances the bounds are checked
-        against).  On float32 data the bounds' labels are the exact ones, which
-        are Lloyd's except on near-ties within float32 rounding.  ``history_``
+        against).  Elsewhere the Lloyd kernels decide near-ties by the exact
+        float64 distances too, so the labels are identical.  ``history_``
         records then also hold ``skipped``, the share of row-center distances
         not computed.
     random_state : int, RandomState instance or None

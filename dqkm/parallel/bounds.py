@@ -91,9 +91,10 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
       :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
       features, else 'lloyd': below, the Lloyd pass's kernel costs less per row
       than the bounds' bookkeeping and the rows they must rescan
-      (benchmarks/bench_kmeans.py ``--converge``: the bounds lost at D = 2,
-      K = 16, were even at D = 16, K = 64 and won at D = 32, K = 256 and D = 64,
-      K = 64); 'elkan' (n × K bounds) is never chosen by 'auto'.
+      (benchmarks/bench_kmeans.py ``--converge``, whole fits: 'hamerly' lost
+      to 'lloyd' at D = 2, K = 16 and, since its full scans use the Lloyd
+      pass's direct kernel, won at D = 16, K = 64, below the threshold, which
+      is kept conservative); 'elkan' (n × K bounds) is never chosen by 'auto'.
     """
     from ..kernels.lloyd import _DIRECT_MAX_D
 
