@@ -144,23 +144,39 @@ def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, lab
 
 
 @njit(nogil=True, cache=True)
-def _argmin2_columns(G, k, t, half_norms, best, sec, labels, offset):  # OUT best, sec, labels
+def _argmin2_columns(G, k, t, half_norms, best, sec, lab, labels, offset):  # OUT best, sec, lab, labels
     """:func:`_argmin_columns` that also keeps ``sec[i]``, the second smallest
-    ``half_norms[j] − G[j, i]`` (+inf when K = 1), for :func:`_certify_gemm`."""
+    ``half_norms[j] − G[j, i]`` (+inf when K = 1), for :func:`_certify_gemm`;
+    branch-free selects across the tile (``lab``: an int32 scratch buffer)."""
     for i in range(t):
         best[i] = np.inf
         sec[i] = np.inf
-        labels[offset + i] = 0
+        lab[i] = 0
     for j in range(k):
         hj = half_norms[j]
         gj = G[j]
+        jj = np.int32(j)
         for i in range(t):
             v = hj - gj[i]
             b = best[i]
+            sv = sec[i]
+            old = lab[i]
             m = v < b
-            sec[i] = b if m else (v if v < sec[i] else sec[i])
+            sec[i] = b if m else (v if v < sv else sv)
             best[i] = v if m else b
-            labels[offset + i] = j if m else labels[offset + i]
+            lab[i] = jj if m else old
+    for i in range(t):
+        labels[offset + i] = lab[i]
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def _row_sq_norm(X, r):
+    """‖X[r]‖² in float64, in any order (vectorised; only a scale of the rounding bound)."""
+    xn = 0.0
+    for f in range(X.shape[1]):
+        v = np.float64(X[r, f])
+        xn += v * v
+    return xn
 
 
 @njit(nogil=True, cache=True)
@@ -180,10 +196,7 @@ def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT 
         if not np.isfinite(b):
             continue
         r = start + i
-        xn = 0.0
-        for f in range(X.shape[1]):
-            xn += X[r, f] * X[r, f]
-        if sec[i] - b > scale * (xn + cmax):
+        if sec[i] - b > scale * (_row_sq_norm(X, r) + cmax):
             continue
         labels[r] = _exact_label(X, r, centers)
 
@@ -231,6 +244,7 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
     objective = 0.0
     best = np.empty(_TILE, dtype=X.dtype)
     sec = np.empty(_TILE, dtype=X.dtype)
+    lab = np.empty(_TILE, dtype=np.int32)
     best64 = np.empty(_TILE, dtype=np.float64)
     for start in range(0, n, _TILE):
         stop = min(start + _TILE, n)
@@ -239,7 +253,7 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
         if not use64:
             gT = np.dot(centers, X[start:stop].T)
             if exact:
-                _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, labels, start)
+                _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, lab, labels, start)
             else:
                 _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
             for i in range(t):
