@@ -41,9 +41,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._direct import argmin_direct
-from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs,
-                    _prepare, exact_sq_dist)
+from ._exact import _rescan_direct, _scan, exact_sq_dist
+from .lloyd import _DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult"]
@@ -117,37 +116,6 @@ def _pair_sq_dists(c):
 # ‖X[r] − centers[j]‖² in float64, in feature order: the distance that defines the
 # labels of every dense kernel, the Lloyd kernels' included.
 _sq_dist = exact_sq_dist
-
-
-@njit(nogil=True, cache=True)
-def _scan(X, r, CT, d2):  # OUT d2
-    """Nearest center of row r, its squared distance and the second smallest.
-
-    ``CT`` is the centers transposed (float64, ``n_features × K``): each
-    feature updates all K distances at once (SIMD across the centers), every
-    distance still summed in feature order as :func:`_sq_dist` sums it.
-    """
-    k = CT.shape[1]
-    for j in range(k):
-        d2[j] = 0.0
-    for f in range(CT.shape[0]):
-        xf = np.float64(X[r, f])
-        cf = CT[f]
-        for j in range(k):
-            u = xf - cf[j]
-            d2[j] += u * u
-    best = np.inf
-    second = np.inf
-    arg = 0
-    for j in range(k):
-        v = d2[j]
-        if v < best:
-            second = best
-            best = v
-            arg = j
-        elif v < second:
-            second = v
-    return arg, best, second
 
 
 @njit(nogil=True, cache=True)
@@ -359,51 +327,6 @@ def _rescan(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upp
             if GT is None:
                 GT = c64 @ R.T.astype(np.float64)
         _resolve_rows(X, idx, centers, CT, GT, rn, cn, err_scale, labels, upper, lower, eps)
-
-
-@njit(nogil=True, cache=True)
-def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper, lower, eps):  # OUT labels, upper, lower
-    """Hamerly's full scans of the rows ``rows`` by the Lloyd pass's direct
-    kernel (n_features ≤ ``_DIRECT_MAX_D``), ``tile`` rows at a time.
-
-    The kernel gives each row's smallest and second smallest distance in X's
-    dtype, each within a relative ``margin/2`` (plus ``tiny``) of the exact one
-    (:func:`dqkm.kernels.lloyd._direct_rounding`).  Where the second exceeds
-    the smallest by more than that, the label is the exact one, the upper bound
-    is its exact distance and the second, lowered by the margin, bounds every
-    other center's distance from below; a near-tie (or a row whose distances
-    overflow or hold NaN) is scanned exactly (:func:`_scan`).  The labels are
-    those of :func:`_rescan`."""
-    dp = cpad.shape[1]
-    d = X.shape[1]
-    k = centers.shape[0]
-    XT = np.zeros((dp, tile), dtype=X.dtype)
-    best = np.empty(tile, dtype=X.dtype)
-    sec = np.empty(tile, dtype=X.dtype)
-    dist = np.empty((2, tile), dtype=X.dtype)
-    lab = np.empty(tile, dtype=np.int32)
-    d2 = np.empty(k)
-    m = rows.shape[0]
-    for s in range(0, m, tile):
-        t = min(tile, m - s)
-        for i in range(t):
-            r = rows[s + i]
-            for f in range(d):
-                XT[f, i] = X[r, f]
-        argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
-        for i in range(t):
-            r = rows[s + i]
-            b = np.float64(best[i])
-            sv = np.float64(sec[i])
-            if np.isfinite(b) and sv - b > margin * b + tiny:
-                a = lab[i]
-                e = exact_sq_dist(X, r, centers, a)
-                second = max(sv * (1.0 - margin) - tiny, 0.0)
-            else:
-                a, e, second = _scan(X, r, CT, d2)
-            labels[r] = a
-            upper[r] = np.sqrt(e) * (1.0 + eps)
-            lower[r] = np.sqrt(second) * (1.0 - eps)
 
 
 def _rescan_hamerly(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upper, lower

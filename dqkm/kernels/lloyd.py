@@ -40,6 +40,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._direct import argmin_direct
+from ._exact import (_argmin2_columns, _certify_direct, _certify_gemm, _direct_rounding,
+                     exact_sq_dist)
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
            "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
@@ -144,64 +146,6 @@ def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, lab
 
 
 @njit(nogil=True, cache=True)
-def _argmin2_columns(G, k, t, half_norms, best, sec, lab, labels, offset):  # OUT best, sec, lab, labels
-    """:func:`_argmin_columns` that also keeps ``sec[i]``, the second smallest
-    ``half_norms[j] − G[j, i]`` (+inf when K = 1), for :func:`_certify_gemm`;
-    branch-free selects across the tile (``lab``: an int32 scratch buffer)."""
-    for i in range(t):
-        best[i] = np.inf
-        sec[i] = np.inf
-        lab[i] = 0
-    for j in range(k):
-        hj = half_norms[j]
-        gj = G[j]
-        jj = np.int32(j)
-        for i in range(t):
-            v = hj - gj[i]
-            b = best[i]
-            sv = sec[i]
-            old = lab[i]
-            m = v < b
-            sec[i] = b if m else (v if v < sv else sv)
-            best[i] = v if m else b
-            lab[i] = jj if m else old
-    for i in range(t):
-        labels[offset + i] = lab[i]
-
-
-@njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _row_sq_norm(X, r):
-    """‖X[r]‖² in float64, in any order (vectorised; only a scale of the rounding bound)."""
-    xn = 0.0
-    for f in range(X.shape[1]):
-        v = np.float64(X[r, f])
-        xn += v * v
-    return xn
-
-
-@njit(nogil=True, cache=True)
-def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT labels
-    """Make the tile's labels (float64 GEMM, ``best``/``sec`` the smallest and
-    second smallest ``½‖c‖² − x·c``) those of :func:`exact_sq_dist`.
-
-    Each computed value is within ``γ·(‖x‖² + ‖c‖²)`` of the exact one for any
-    order of the GEMM's sums (γ ≈ (D + 2)·u); when the second smallest exceeds
-    the smallest by more than ``scale·(‖x‖² + max ‖c‖²)`` (``scale`` holds both
-    values' errors and the float64 reference's with a margin) the label stands;
-    a row within it (a near-tie) is decided by the exact distances to every
-    center.  Rows whose best is not finite are left (the callers refuse them).
-    """
-    for i in range(t):
-        b = best[i]
-        if not np.isfinite(b):
-            continue
-        r = start + i
-        if sec[i] - b > scale * (_row_sq_norm(X, r) + cmax):
-            continue
-        labels[r] = _exact_label(X, r, centers)
-
-
-@njit(nogil=True, cache=True)
 def _argmin_tile64(X, start, stop, centers64, half64, best64, labels):  # OUT best64, labels
     """:func:`_argmin_columns` for rows ``start … stop`` of X, in float64."""
     gT = np.dot(centers64, X[start:stop].astype(np.float64).T)
@@ -291,61 +235,6 @@ def _finish_tile(X, start, stop, centers, sums, counts, labels, mind, with_sums,
         mind[r] = d2
         objective += d2
     return objective
-
-
-@njit(nogil=True, cache=True)  # no fastmath: the one reference sum, in feature order
-def exact_sq_dist(X, r, centers, j):
-    """``‖X[r] − centers[j]‖²`` summed in float64 in feature order: the distance
-    every dense kernel's labels are defined by (lowest index on ties)."""
-    acc = 0.0
-    for f in range(X.shape[1]):
-        u = np.float64(X[r, f]) - np.float64(centers[j, f])
-        acc += u * u
-    return acc
-
-
-@njit(nogil=True, cache=True)
-def _exact_label(X, r, centers):
-    """The lowest j with the smallest :func:`exact_sq_dist` of row r."""
-    best = np.inf
-    arg = -1
-    for j in range(centers.shape[0]):
-        e = exact_sq_dist(X, r, centers, j)
-        if arg < 0 or e < best:
-            best = e
-            arg = j
-    return arg
-
-
-def _direct_rounding(dtype, dp):
-    """``(margin, tiny)`` of :func:`_certify_direct` for direct distances over
-    ``dp`` features in ``dtype``: each computed distance is within
-    ``γ·d + dp·s`` of the exact one (γ ≈ (dp + 2)·u for any order of the
-    additions, FMA or not, u the dtype's unit roundoff; ``s`` its smallest
-    subnormal covers underflow), the exact float64 reference within far less;
-    the margin holds both with a factor above 2."""
-    fi = np.finfo(dtype)
-    return float(8 * (dp + 4) * fi.eps / 2), float(4 * dp * fi.smallest_subnormal)
-
-
-@njit(nogil=True, cache=True)
-def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny):  # OUT lab
-    """Make the tile's labels those of :func:`exact_sq_dist` (lowest index on ties).
-
-    Direct distances are sums of non-negative terms, so the rounding of each is
-    relative: when the second smallest exceeds the smallest by more than
-    ``margin·best + tiny`` no other center can be as near in exact arithmetic,
-    and the label stands.  The rare rows within that margin (near-ties) are
-    decided by the exact float64 distances of every center.  Rows whose best
-    is not finite are left (the callers refuse them).
-    """
-    for i in range(t):
-        b = np.float64(best[i])
-        if not np.isfinite(b):
-            continue
-        if np.float64(sec[i]) - b > margin * b + tiny:
-            continue
-        lab[i] = _exact_label(X, start + i, centers)
 
 
 @njit(nogil=True, cache=True)  # no fastmath here: it slowed the tile loop twofold at D = 2
