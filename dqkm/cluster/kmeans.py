@@ -69,6 +69,7 @@ class LloydAlgorithm(IterativeAlgorithm):
         self.empty_clusters = getattr(estimator, "empty_clusters", "keep")
         self.sample_weight = None
         self._passes = None  # the bound-pruned passes and their per-row state
+        self.bounds_directory = None  # where bounds in files go (the fit's checkpoint dir)
 
     def identity(self, X):
         """Every constructor parameter but ``persist``, ``verbose``, ``copy_x`` and
@@ -90,7 +91,8 @@ class LloydAlgorithm(IterativeAlgorithm):
         if self._passes is None or self._passes.X is not X or self._passes.kind != kind:
             self.close()
             self._passes = BoundedPasses(X, kind, split_every=self.split_every,
-                                         sample_weight=self.sample_weight)
+                                         sample_weight=self.sample_weight,
+                                         directory=self.bounds_directory)
         return self._passes
 
     def begin_run(self, rng):
@@ -190,9 +192,10 @@ class KMeans(CenterInference, DqkmClusterer):
         pass to the next and skip the distances they prove useless: the labels,
         centers, inertia and ``n_iter_`` are those of 'lloyd'.  The bounds are
         per-row state aligned with X's row chunks, held in the workers'
-        memory when X is persisted and in files beside the data (a temporary
-        directory the fit creates and removes; Dask's ``temporary-directory``
-        when set) when X is re-read every pass; a block whose state is lost,
+        memory when X is persisted and in files beside the data (under the
+        fit's ``checkpoint`` directory when given, else in a temporary
+        directory; either way the fit removes what it wrote) when X is re-read
+        every pass; a block whose state is lost,
         and every block after a resume, is assigned by a full scan.  Memory:
         20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
         'auto' is 'hamerly' where n_features × n_clusters ≥ 4096 and
@@ -200,8 +203,8 @@ class KMeans(CenterInference, DqkmClusterer):
         is for dense input: CSR input runs 'lloyd', and so does float32 input
         with more than 32 features (where the Lloyd pass's float32 GEMM rounds
         near-ties otherwise than the exact distances the bounds are checked
-        against).  On float32 data the bounds' labels are the exact ones, which
-        are Lloyd's except on near-ties within float32 rounding.  ``history_``
+        against).  Elsewhere the Lloyd kernels decide near-ties by the exact
+        float64 distances too, so the labels are identical.  ``history_``
         records then also hold ``skipped``, the share of row-center distances
         not computed.
     random_state : int, RandomState instance or None
@@ -495,6 +498,8 @@ class KMeans(CenterInference, DqkmClusterer):
                     "iterations do not read weights. Fit without sample_weight, or repeat "
                     "rows to weigh them.")
             algorithm.sample_weight = w
+        if checkpoint is not None and isinstance(algorithm, LloydAlgorithm):
+            algorithm.bounds_directory = str(checkpoint)  # bounds in files go there
         if compose is not None:
             algorithm = compose(algorithm)
         fit = run_fit(algorithm, Xd, n_init=n_init, random_state=self.random_state,

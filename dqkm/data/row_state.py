@@ -3,17 +3,18 @@
 A bound-pruned K-means pass (:mod:`dqkm.parallel.bounds`) over data that is
 re-read from its store every pass keeps each row block's labels and bounds on
 disk, so that the workers' memory stays bounded by a few chunks.  Pass ``g``
-has a Zarr array of its own, ``g{g:08d}`` in the state directory, of float64
-rows ``(label, upper, lower…)``; its chunk ``i`` holds exactly X's row block
+has a Zarr array of its own, ``g{g:08d}`` in the state directory, of float32
+(or float64) rows ``(label, upper, lower…)``; its chunk ``i`` holds exactly X's row block
 ``i``: shape ``(n_rows, width)`` with chunks ``(c, width)`` when X's row
 chunks are regular (all ``c`` but a shorter last one), else shape
 ``(n_blocks, max_rows, width)`` with one chunk per block.  Pass ``g`` reads
 the array of pass ``g − 1`` and writes its own, one whole chunk per block, so
 a task run twice (a retried task, a killed worker) reads the same input.
 
-Every chunk is one key of a local Zarr store: Zarr's ``LocalStore`` writes it
-to a temporary file renamed into place, and a CRC32C checksum (a Zarr codec)
-guards the chunk besides, so a chunk that is missing, torn or unreadable is
+Every chunk is one key of a local Zarr store, written here as Zarr's codecs
+encode it (bytes, then a CRC32C checksum) to a temporary file renamed into
+place, and read back the same way (Zarr reads the arrays as any other); the
+checksum guards the chunk, so a chunk that is missing, torn or unreadable is
 no state: its caller recomputes the block (for the bounds, with a plain Lloyd
 step, which is exact).
 
@@ -25,8 +26,10 @@ directory that holds anything else is left in place.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import uuid
 
 import numpy as np
 
@@ -35,6 +38,7 @@ __all__ = ["create_state_directory", "create_generation", "write_block_state",
            "remove_state_directory"]
 
 _NAME = "g{:08d}"
+_TMP = ".dqkm-tmp-"  # a chunk being written: <chunk file>.dqkm-tmp-<uuid>
 
 
 def create_state_directory(base=None) -> str:
@@ -73,15 +77,16 @@ def _region(row_chunks, index):
     return (index, slice(0, rows[index]), slice(None))
 
 
-def create_generation(directory, generation, row_chunks, width) -> str:
-    """Create the (empty) Zarr array of pass ``generation``: float64, ``width``
-    columns, chunk-aligned with the row chunks ``row_chunks``; its path."""
+def create_generation(directory, generation, row_chunks, width, dtype="float64") -> str:
+    """Create the (empty) Zarr array of pass ``generation``: ``dtype`` (float64
+    or float32), ``width`` columns, chunk-aligned with the row chunks
+    ``row_chunks``; its path."""
     import zarr
     from zarr.codecs import Crc32cCodec
 
     shape, chunks = _layout(row_chunks, int(width))
     path = _path(directory, generation)
-    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype="float64",
+    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=np.dtype(dtype).name,
                       fill_value=np.nan, compressors=[Crc32cCodec()],
                       chunk_key_encoding={"name": "default", "separator": "/"},
                       attributes={"row_chunks": [int(c) for c in row_chunks]},
@@ -89,34 +94,100 @@ def create_generation(directory, generation, row_chunks, width) -> str:
     return path
 
 
+# Arrays opened in this process, by path: opening one reads its metadata, which
+# cost as much as reading a block's state; a pass's tasks on one worker share it.
+_OPENED = {}
+_OPENED_MAX = 8
+
+
 def _open(directory, generation, mode):
     import zarr
 
-    return zarr.open_array(store=_path(directory, generation), mode=mode)
+    path = _path(directory, generation)
+    key = (path, mode)
+    z = _OPENED.get(key)
+    if z is None:
+        z = zarr.open_array(store=path, mode=mode)
+        if len(_OPENED) >= _OPENED_MAX:
+            _OPENED.pop(next(iter(_OPENED)))
+        _OPENED[key] = z
+    return z
+
+
+def _forget(directory, generation):
+    path = _path(directory, generation)
+    for mode in ("r", "r+"):
+        _OPENED.pop((path, mode), None)
+
+
+def _chunk_file(z, directory, generation, index):
+    return _chunk_files(directory, generation, [index], z.ndim)[0]
+
+
+def _encode(z, index, state):
+    """Chunk ``index`` of ``z`` holding ``state`` as Zarr v3 stores it with the
+    array's codecs (bytes, little-endian, C order; then CRC32C): the block's
+    rows padded with the fill value to the chunk's shape."""
+    import google_crc32c
+
+    chunk = np.full(z.chunks, np.nan, dtype=z.dtype.newbyteorder("<"))
+    rows = np.asarray(state).shape[0]
+    if z.ndim == 2:
+        chunk[:rows] = state
+    else:
+        chunk[0, :rows] = state
+    raw = chunk.tobytes()
+    return raw + np.uint32(google_crc32c.value(raw)).astype("<u4").tobytes()
 
 
 def write_block_state(directory, generation, index, state) -> bool:
-    """Write block ``index``'s state (a 2-D float64 array) into pass
-    ``generation``'s array (one whole chunk).
+    """Write block ``index``'s state (a 2-D array, converted to the array's
+    dtype: the caller rounds it) into pass ``generation``'s array (one whole chunk).
 
-    Returns False, writing nothing, when the array does not exist on this
-    worker (e.g. a worker on another host): the block then has no state.
+    The chunk is encoded here as the array's Zarr codecs encode it and written
+    to a temporary file renamed into place (the Zarr call's event-loop round
+    trip cost as much as a Lloyd pass over the block's rows); Zarr reads it as
+    any chunk.  Returns False, writing nothing, when the array does not exist
+    on this worker (e.g. a worker on another host): the block then has no state.
     """
     if not os.path.isdir(_path(directory, generation)):
         return False
     z = _open(directory, generation, "r+")
-    z[_region(z.attrs["row_chunks"], index)] = np.asarray(state, dtype=np.float64)
+    data = _encode(z, index, np.asarray(state, dtype=z.dtype))
+    target = _chunk_file(z, directory, generation, index)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = f"{target}{_TMP}{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return True
 
 
 def read_block_state(directory, generation, index, shape):
     """The state :func:`write_block_state` wrote, or None if it is missing,
-    unreadable or not of ``shape`` (then the caller recomputes it)."""
+    torn (its CRC32C does not match), unreadable or not of ``shape`` (then the
+    caller recomputes it)."""
+    import google_crc32c
+
     try:
         z = _open(directory, generation, "r")
-        state = np.asarray(z[_region(z.attrs["row_chunks"], index)])
+        with open(_chunk_file(z, directory, generation, index), "rb") as f:
+            data = f.read()
+        dtype = z.dtype.newbyteorder("<")
+        if len(data) != int(np.prod(z.chunks)) * dtype.itemsize + 4 or \
+                np.frombuffer(data[-4:], "<u4")[0] != google_crc32c.value(data[:-4]):
+            return None
+        chunk = np.frombuffer(data[:-4], dtype=dtype).reshape(z.chunks)
+        rows = int(z.attrs["row_chunks"][index])
     except Exception:  # noqa: BLE001 - any unreadable chunk is no state (recomputed)
         return None
+    state = (chunk if z.ndim == 2 else chunk[0])[:rows]
+    state = state.astype(z.dtype)  # native order, writable
     if state.shape != tuple(shape) or (state.size and np.isnan(state[:, 0]).any()):
         return None
     return state
@@ -142,10 +213,20 @@ def remove_block_states(directory, generation, blocks) -> None:
     if ndim is None:
         return
     for name in _chunk_files(directory, generation, blocks, ndim):
-        try:
-            os.remove(name)
-        except FileNotFoundError:
-            pass
+        _remove_chunk(name)
+
+
+def _remove_chunk(name):
+    """Remove a chunk file and the temporary files of its writes (a write cut
+    short by a killed worker leaves one: ``<chunk>.dqkm-tmp-<uuid>``)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(name)
+    parent, base = os.path.split(name)
+    with contextlib.suppress(OSError):
+        for n in os.listdir(parent):
+            if n.startswith(base + _TMP):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(parent, n))
 
 
 def _rmdir(path):
@@ -159,14 +240,12 @@ def remove_generation(directory, generation, n_blocks) -> None:
     """Remove pass ``generation``'s array (its block chunks and ``zarr.json``)
     and the directories this leaves empty."""
     ndim = _ndim(directory, generation)
+    _forget(directory, generation)
     if ndim is None:
         return
     files = _chunk_files(directory, generation, range(n_blocks), ndim)
     for name in files:
-        try:
-            os.remove(name)
-        except FileNotFoundError:
-            pass
+        _remove_chunk(name)
     for name in files:  # c/i/0 (c/i/0/0): the directories above the chunk
         parent = os.path.dirname(name)
         if ndim == 3:

@@ -14,7 +14,9 @@ zero) adds exact zeros.
 The distances ``Σ_f (x_f − c_f)²`` are formed in the tile's dtype; unlike the
 expansion ``‖x‖² − 2x·c + ‖c‖²`` they lose no precision on data far from the
 origin.  Ties go to the lowest index (strict ``<`` with the centers scanned in
-increasing order) and a NaN distance never wins.
+increasing order) and a NaN distance never wins.  The second smallest distance
+is kept beside the smallest, so that the caller can tell a near-tie, where
+this rounding could decide, from a clear nearest center.
 
 Pure: ``best``, ``dist`` and ``lab`` are the caller's scratch buffers.
 """
@@ -64,23 +66,30 @@ def _add4(XT, f, c, t, dist):  # OUT dist
         dist[i] += (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
 
 
+@njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
+def _select1(v, i, j, best, sec, lab):  # OUT best, sec, lab
+    """Center ``j`` at distance ``v`` against row i's best and second best."""
+    b = best[i]
+    s = sec[i]
+    old = lab[i]
+    m = v < b
+    sec[i] = b if m else (v if v < s else s)
+    best[i] = v if m else b
+    lab[i] = j if m else old
+
+
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _only2(XT, c, t, j, best, lab):  # OUT best, lab
+def _only2(XT, c, t, j, best, sec, lab):  # OUT best, sec, lab
     x0, x1 = XT[0], XT[1]
     c0, c1 = c[0], c[1]
     for i in range(t):
         u0 = x0[i] - c0
         u1 = x1[i] - c1
-        v = u0 * u0 + u1 * u1
-        b = best[i]
-        old = lab[i]
-        m = v < b
-        best[i] = v if m else b
-        lab[i] = j if m else old
+        _select1(u0 * u0 + u1 * u1, i, j, best, sec, lab)
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _last4(XT, f, c, t, j, dist, best, lab):  # OUT best, lab
+def _last4(XT, f, c, t, j, dist, best, sec, lab):  # OUT best, sec, lab
     """Features ``f … f+3`` added to ``dist`` (``dist`` unused when ``f`` is 0)."""
     x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
     c0, c1, c2, c3 = c[f], c[f + 1], c[f + 2], c[f + 3]
@@ -90,24 +99,15 @@ def _last4(XT, f, c, t, j, dist, best, lab):  # OUT best, lab
             u1 = x1[i] - c1
             u2 = x2[i] - c2
             u3 = x3[i] - c3
-            v = (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)
-            b = best[i]
-            old = lab[i]
-            m = v < b
-            best[i] = v if m else b
-            lab[i] = j if m else old
+            _select1((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3), i, j, best, sec, lab)
     else:
         for i in range(t):
             u0 = x0[i] - c0
             u1 = x1[i] - c1
             u2 = x2[i] - c2
             u3 = x3[i] - c3
-            v = dist[i] + ((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3))
-            b = best[i]
-            old = lab[i]
-            m = v < b
-            best[i] = v if m else b
-            lab[i] = j if m else old
+            _select1(dist[i] + ((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)), i, j, best, sec,
+                     lab)
 
 
 # Two centers per pass: each feature of the tile is loaded once for both, and
@@ -117,19 +117,22 @@ def _last4(XT, f, c, t, j, dist, best, lab):  # OUT best, lab
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH, inline="always")
-def _select2(va, vb, i, ja, jb, best, lab):  # OUT best, lab
+def _select2(va, vb, i, ja, jb, best, sec, lab):  # OUT best, sec, lab
     b = best[i]
+    s = sec[i]
     old = lab[i]
     m = va < b
+    s = b if m else (va if va < s else s)
     b = va if m else b
     old = ja if m else old
     m2 = vb < b
+    sec[i] = b if m2 else (vb if vb < s else s)
     best[i] = vb if m2 else b
     lab[i] = jb if m2 else old
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _pair_only2(XT, ca, cb, t, ja, jb, best, lab):  # OUT best, lab
+def _pair_only2(XT, ca, cb, t, ja, jb, best, sec, lab):  # OUT best, sec, lab
     x0, x1 = XT[0], XT[1]
     a0, a1, b0, b1 = ca[0], ca[1], cb[0], cb[1]
     for i in range(t):
@@ -139,7 +142,7 @@ def _pair_only2(XT, ca, cb, t, ja, jb, best, lab):  # OUT best, lab
         u1 = y1 - a1
         w0 = y0 - b0
         w1 = y1 - b1
-        _select2(u0 * u0 + u1 * u1, w0 * w0 + w1 * w1, i, ja, jb, best, lab)
+        _select2(u0 * u0 + u1 * u1, w0 * w0 + w1 * w1, i, ja, jb, best, sec, lab)
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
@@ -180,7 +183,7 @@ def _pair_block4(XT, f, ca, cb, t, da, db, first):  # OUT da, db
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
-def _pair_last4(XT, f, ca, cb, t, ja, jb, da, db, best, lab):  # OUT best, lab
+def _pair_last4(XT, f, ca, cb, t, ja, jb, da, db, best, sec, lab):  # OUT best, sec, lab
     """Features ``f … f+3`` of both centers and the select (``da``/``db`` unused at ``f`` = 0)."""
     x0, x1, x2, x3 = XT[f], XT[f + 1], XT[f + 2], XT[f + 3]
     a0, a1, a2, a3 = ca[f], ca[f + 1], ca[f + 2], ca[f + 3]
@@ -191,7 +194,7 @@ def _pair_last4(XT, f, ca, cb, t, ja, jb, da, db, best, lab):  # OUT best, lab
             u0, u1, u2, u3 = y0 - a0, y1 - a1, y2 - a2, y3 - a3
             w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
             _select2((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3),
-                     (w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3), i, ja, jb, best, lab)
+                     (w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3), i, ja, jb, best, sec, lab)
     else:
         for i in range(t):
             y0, y1, y2, y3 = x0[i], x1[i], x2[i], x3[i]
@@ -199,15 +202,15 @@ def _pair_last4(XT, f, ca, cb, t, ja, jb, da, db, best, lab):  # OUT best, lab
             w0, w1, w2, w3 = y0 - b0, y1 - b1, y2 - b2, y3 - b3
             _select2(da[i] + ((u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3)),
                      db[i] + ((w0 * w0 + w1 * w1) + (w2 * w2 + w3 * w3)), i, ja, jb,
-                     best, lab)
+                     best, sec, lab)
 
 
 @njit(nogil=True, cache=True)
-def _one_center(XT, t, c, jj, best, dist, lab):  # OUT best, dist, lab
+def _one_center(XT, t, c, jj, best, sec, dist, lab):  # OUT best, sec, dist, lab
     """Center ``c`` (index ``jj``) against the tile, one center per pass."""
     dp = XT.shape[0]
     if dp == 2:
-        _only2(XT, c, t, jj, best, lab)
+        _only2(XT, c, t, jj, best, sec, lab)
         return
     f = 0
     if dp > 4:
@@ -220,28 +223,32 @@ def _one_center(XT, t, c, jj, best, dist, lab):  # OUT best, dist, lab
         while f + 4 < dp:
             _add4(XT, f, c, t, dist)
             f += 4
-    _last4(XT, f, c, t, jj, dist, best, lab)
+    _last4(XT, f, c, t, jj, dist, best, sec, lab)
 
 
 @njit(nogil=True, cache=True)
-def argmin_direct(XT, t, centers, best, dist, dist2, lab):  # OUT best, dist, dist2, lab
-    """``lab[i] = argmin_j ‖XT[:, i] − centers[j]‖²`` and ``best[i]`` its value, ``i < t``.
+def argmin_direct(XT, t, centers, best, sec, dist, dist2, lab):  # OUT best, sec, dist, dist2, lab
+    """``lab[i] = argmin_j ‖XT[:, i] − centers[j]‖²``, ``best[i]`` its value and
+    ``sec[i]`` the second smallest value (over the other centers), ``i < t``.
 
     ``XT`` has shape ``(dp, tile)`` and ``centers`` ``(k, dp)``, ``dp`` even
-    and ≥ 2 (pad both with zero features); ``best``, ``dist`` and ``dist2``
+    and ≥ 2 (pad both with zero features); ``best``, ``sec``, ``dist`` and ``dist2``
     (X's dtype) and ``lab`` (int32) hold at least ``t`` entries.  ``best`` is +inf and
-    ``lab`` 0 for a row whose distances are all NaN or +inf.
+    ``lab`` 0 for a row whose distances are all NaN or +inf; ``sec`` is +inf when K = 1.
+    The second smallest value lets the caller certify the label against the
+    kernel's rounding (:func:`dqkm.kernels.lloyd._certify_direct`).
     """
     dp = XT.shape[0]
     k = centers.shape[0]
     for i in range(t):
         best[i] = np.inf
+        sec[i] = np.inf
         lab[i] = 0
     for j in range(0, k - 1, 2):
         ca, cb = centers[j], centers[j + 1]
         ja, jb = np.int32(j), np.int32(j + 1)
         if dp == 2:
-            _pair_only2(XT, ca, cb, t, ja, jb, best, lab)
+            _pair_only2(XT, ca, cb, t, ja, jb, best, sec, lab)
             continue
         f = 0
         if dp > 4:
@@ -254,6 +261,6 @@ def argmin_direct(XT, t, centers, best, dist, dist2, lab):  # OUT best, dist, di
             while f + 4 < dp:
                 _pair_block4(XT, f, ca, cb, t, dist, dist2, False)
                 f += 4
-        _pair_last4(XT, f, ca, cb, t, ja, jb, dist, dist2, best, lab)
+        _pair_last4(XT, f, ca, cb, t, ja, jb, dist, dist2, best, sec, lab)
     if k % 2:
-        _one_center(XT, t, centers[k - 1], np.int32(k - 1), best, dist, lab)
+        _one_center(XT, t, centers[k - 1], np.int32(k - 1), best, sec, dist, lab)

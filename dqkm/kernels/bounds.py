@@ -17,8 +17,8 @@ rounded outward by a relative margin far above float64 rounding
 (``_EPS``): upper bounds up, lower bounds and half-separations down, shifts
 up, so a bound stays valid for the exact distances.  Distances are computed
 in float64; the labels are those of the float64 distances with the lowest
-index on ties, which are the Lloyd kernel's labels unless that kernel's own
-rounding (X's dtype) decides a near-tie differently.
+index on ties (:func:`dqkm.kernels.lloyd.exact_sq_dist`), which is how the
+Lloyd kernels certify theirs: the labels are identical.
 
 The sums, counts, per-row distances and objective are accumulated by the
 Lloyd kernel's finishing loop, so for the same labels they are bit-identical
@@ -41,7 +41,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .lloyd import _finish_tile, _outputs, _prepare
+from ._exact import _rescan_direct, _scan, exact_sq_dist
+from .lloyd import _DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult"]
@@ -112,45 +113,9 @@ def _pair_sq_dists(c):
     return out
 
 
-@njit(nogil=True, cache=True)
-def _sq_dist(X, r, centers, j):
-    """``‖X[r] − centers[j]‖²`` in float64, in feature order."""
-    acc = 0.0
-    for f in range(X.shape[1]):
-        u = np.float64(X[r, f]) - np.float64(centers[j, f])
-        acc += u * u
-    return acc
-
-
-@njit(nogil=True, cache=True)
-def _scan(X, r, CT, d2):  # OUT d2
-    """Nearest center of row r, its squared distance and the second smallest.
-
-    ``CT`` is the centers transposed (float64, ``n_features × K``): each
-    feature updates all K distances at once (SIMD across the centers), every
-    distance still summed in feature order as :func:`_sq_dist` sums it.
-    """
-    k = CT.shape[1]
-    for j in range(k):
-        d2[j] = 0.0
-    for f in range(CT.shape[0]):
-        xf = np.float64(X[r, f])
-        cf = CT[f]
-        for j in range(k):
-            u = xf - cf[j]
-            d2[j] += u * u
-    best = np.inf
-    second = np.inf
-    arg = 0
-    for j in range(k):
-        v = d2[j]
-        if v < best:
-            second = best
-            best = v
-            arg = j
-        elif v < second:
-            second = v
-    return arg, best, second
+# ‖X[r] − centers[j]‖² in float64, in feature order: the distance that defines the
+# labels of every dense kernel, the Lloyd kernels' included.
+_sq_dist = exact_sq_dist
 
 
 @njit(nogil=True, cache=True)
@@ -364,6 +329,21 @@ def _rescan(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upp
         _resolve_rows(X, idx, centers, CT, GT, rn, cn, err_scale, labels, upper, lower, eps)
 
 
+def _rescan_hamerly(X, rows, centers, CT, labels, upper, lower, eps):  # OUT labels, upper, lower
+    """Hamerly's full scans: the direct kernel up to ``_DIRECT_MAX_D`` features
+    (as the Lloyd pass), else the GEMM of :func:`_rescan`."""
+    k, d = centers.shape
+    if d > _DIRECT_MAX_D:
+        return _rescan(X, rows, centers, CT, labels, upper, lower, eps)
+    dp = d + d % 2
+    cpad = np.zeros((k, dp), dtype=X.dtype)
+    cpad[:, :d] = centers
+    margin, tiny = _direct_rounding(X.dtype, dp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _rescan_direct(X, rows, centers, cpad, CT, _direct_tile(dp), margin, tiny, labels, upper,
+                       lower, eps)
+
+
 @njit(nogil=True, cache=True)
 def _elkan_row(X, r, centers, CT, d2, a, u, lows, shift, cc, eps):  # OUT lows, d2
     """Elkan's scan of row r from label ``a`` and moved bounds ``u``, ``lows``;
@@ -501,7 +481,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
         computed, m = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS,
                                     todo)
         if m:
-            _rescan(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
+            _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
             computed += m * k
         with np.errstate(over="ignore", invalid="ignore"):
             obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)

@@ -18,8 +18,17 @@ float32 data and at K = 64 as at K = 256, the direct kernel takes about a fifth
 of the GEMM kernel's time at 2 features, half at 16, three quarters at 32, the
 same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels
 give the lowest index on ties and the same float64 sums, counts and per-row
-exact distances (the finishing pass is shared); only their rounding of
-near-ties differs, the direct one being the exact one far from the origin.
+exact distances (the finishing pass is shared).
+
+Labels are exact.  Each kernel keeps the second smallest value beside the
+smallest and bounds its own rounding: where the two are closer than that bound
+(a near-tie) the row is decided by :func:`exact_sq_dist`, the float64 distance
+summed in feature order, lowest index on ties.  So the direct kernel (any
+dtype) and the float64 GEMM kernel give the labels of exact float64 distances,
+the same as the bound-pruned kernels (:mod:`dqkm.kernels.bounds`) whatever
+the order of their sums.  The float32 GEMM kernel (float32 X above
+``_DIRECT_MAX_D`` features) keeps its float32 rounding: its error grows with
+the data's distance from the origin, where certifying would rescan most rows.
 
 All kernels here are pure: they never mutate their inputs and hold no state.
 """
@@ -31,9 +40,12 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._direct import argmin_direct
+from ._exact import (_argmin2_columns, _certify_direct, _certify_gemm, _direct_rounding,
+                     exact_sq_dist)
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
-           "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted"]
+           "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
+           "exact_sq_dist"]
 
 _TILE = 256
 
@@ -156,8 +168,8 @@ def _mark_overflow(best64, t, mind, start):  # OUT mind
 
 
 @njit(nogil=True, cache=True)
-def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, labels, mind,
-           with_sums):  # OUT sums, counts, labels, mind
+def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
+           labels, mind, with_sums):  # OUT sums, counts, labels, mind
     """One GEMM per tile of ``_TILE`` rows, finished while the tile is in cache.
 
     The products are formed as ``C·X_tileᵀ`` (K × tile) for the column-wise
@@ -168,11 +180,15 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, label
     tile whose best value ½‖c‖² − x·c is not finite (a product overflowed,
     or X holds NaN/inf) is assigned again in float64; a row whose float64
     best is still not finite gets distance +inf (its distances overflow
-    float64, or it holds NaN/inf): the callers refuse it.
+    float64, or it holds NaN/inf): the callers refuse it.  With ``exact``
+    (float64 X) every label is certified to be that of :func:`exact_sq_dist`
+    (:func:`_certify_gemm`).
     """
     n = X.shape[0]
     objective = 0.0
     best = np.empty(_TILE, dtype=X.dtype)
+    sec = np.empty(_TILE, dtype=X.dtype)
+    lab = np.empty(_TILE, dtype=np.int32)
     best64 = np.empty(_TILE, dtype=np.float64)
     for start in range(0, n, _TILE):
         stop = min(start + _TILE, n)
@@ -180,13 +196,18 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, sums, counts, label
         again = use64
         if not use64:
             gT = np.dot(centers, X[start:stop].T)
-            _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
+            if exact:
+                _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, lab, labels, start)
+            else:
+                _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
             for i in range(t):
                 if not np.isfinite(best[i]):
                     again = True
                     break
         if again:
             _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
+        elif exact:
+            _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax)
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
                                  with_sums, objective)
         if again and _mark_overflow(best64, t, mind, start):
@@ -217,12 +238,15 @@ def _finish_tile(X, start, stop, centers, sums, counts, labels, mind, with_sums,
 
 
 @njit(nogil=True, cache=True)  # no fastmath here: it slowed the tile loop twofold at D = 2
-def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sums):  # OUT sums, counts, labels, mind
+def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums, counts, labels,
+            mind, with_sums):  # OUT sums, counts, labels, mind
     """:func:`_tiled` with direct distances (:func:`~dqkm.kernels._direct.argmin_direct`)
     in place of the GEMM, for ``n_features ≤ _DIRECT_MAX_D``; ``tile`` rows at a time.
 
     ``cpad``/``cpad64`` are the centers in X's dtype and in float64, padded
-    with zero features to an even width.  A tile whose best distance is not
+    with zero features to an even width.  Every label is certified exact
+    (:func:`_certify_direct`, with the rounding bounds ``margin``/``tiny`` of
+    X's dtype and ``margin64``/``tiny64`` of float64).  A tile whose best distance is not
     finite (the squares overflow X's dtype, or X holds NaN/inf) is assigned
     again in float64; a row whose float64 best is still not finite gets
     distance +inf, as in :func:`_tiled`.
@@ -232,16 +256,18 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
     objective = 0.0
     XT = np.zeros((dp, tile), dtype=X.dtype)
     best = np.empty(tile, dtype=X.dtype)
+    sec = np.empty(tile, dtype=X.dtype)
     dist = np.empty((2, tile), dtype=X.dtype)
     lab = np.empty(tile, dtype=np.int32)
     XT64 = np.zeros((dp, tile), dtype=np.float64)
     best64 = np.empty(tile, dtype=np.float64)
+    sec64 = np.empty(tile, dtype=np.float64)
     dist64 = np.empty((2, tile), dtype=np.float64)
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         t = stop - start
         _transpose_tile(X, start, t, XT)
-        argmin_direct(XT, t, cpad, best, dist[0], dist[1], lab)
+        argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
         again = False
         for i in range(t):
             if not np.isfinite(best[i]):
@@ -249,7 +275,10 @@ def _direct(X, centers, cpad, cpad64, tile, sums, counts, labels, mind, with_sum
                 break
         if again:
             _transpose_tile(X, start, t, XT64)
-            argmin_direct(XT64, t, cpad64, best64, dist64[0], dist64[1], lab)
+            argmin_direct(XT64, t, cpad64, best64, sec64, dist64[0], dist64[1], lab)
+            _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64)
+        else:
+            _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny)
         for i in range(t):
             labels[start + i] = lab[i]
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
@@ -271,9 +300,11 @@ def _run_direct(X, centers, sums, counts, labels, mind, with_sums, tile=None):
         tile = _direct_tile(d + d % 2)
     cpad64 = np.zeros((k, d + d % 2), dtype=np.float64)
     cpad64[:, :d] = centers
+    margin, tiny = _direct_rounding(X.dtype, d + d % 2)
+    margin64, tiny64 = _direct_rounding(np.float64, d + d % 2)
     with np.errstate(over="ignore", invalid="ignore"):
-        return _direct(X, centers, cpad64.astype(X.dtype), cpad64, tile, sums, counts, labels,
-                       mind, with_sums)
+        return _direct(X, centers, cpad64.astype(X.dtype), cpad64, tile, margin, tiny, margin64,
+                       tiny64, sums, counts, labels, mind, with_sums)
 
 
 def _outputs(n, k, d, with_sums):
@@ -322,9 +353,12 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
         half64 = np.einsum("ij,ij->i", c64, c64) * 0.5
         half = half64.astype(X.dtype)
     use64 = bool(np.isfinite(half64).all() and not np.isfinite(half).all())
+    exact = X.dtype == np.float64
+    scale = 8.0 * (X.shape[1] + 4) * np.finfo(np.float64).eps
+    cmax = float(2.0 * half64.max()) if half64.size else 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        return _tiled(X, centers, half, c64, half64, use64, sums, counts, labels, mind,
-                      with_sums)
+        return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
+                      labels, mind, with_sums)
 
 
 def _prepare(X, centers):

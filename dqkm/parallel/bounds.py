@@ -10,8 +10,9 @@ one pass to the next:
   persisted task result on the worker that computed it, next to the block;
 - X re-read every pass (``persist=False``): the state of block ``i`` is chunk
   ``i`` of a Zarr sidecar chunk-aligned with X (:mod:`dqkm.data.row_state`),
-  in a directory this module creates and removes, so memory stays bounded by a
-  few chunks per worker.
+  in a directory this module creates and removes (under the fit's checkpoint
+  directory when it has one, else under the temporary directory), so memory
+  stays bounded by a few chunks per worker.
 
 Exactness does not depend on the state surviving.  The bounds of a block are
 valid for the centers they were last updated with (:attr:`BoundedPasses.valid_for`)
@@ -25,10 +26,12 @@ number of iterations do too.
 Pruning is for dense blocks; CSR-chunked X, and float32 X above the Lloyd
 kernel's direct-distance dimension, run the Lloyd pass (the caller dispatches,
 see :func:`choose_algorithm`).  The bounds are checked against exact float64
-distances: on float32 data the labels are the Lloyd pass's except where its
-float32 rounding decides a near-tie (two centers within a relative ~D·6e-8
-of each other) otherwise.  State per row: Hamerly 20 bytes (label, upper, one lower
-bound), Elkan ``12 + 8 K`` bytes (one lower bound per center).
+distances, and the Lloyd kernels decide their near-ties by the same exact
+distances (:func:`dqkm.kernels.lloyd.exact_sq_dist`), so the labels are the
+Lloyd pass's on float32 and float64 data alike.  State per row in memory:
+Hamerly 20 bytes (label, upper, one lower bound), Elkan ``12 + 8 K`` bytes
+(one lower bound per center); in files every number is a float32, rounded
+outward (12 and ``8 + 4 K`` bytes).
 """
 
 from __future__ import annotations
@@ -81,16 +84,17 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
     - CSR-chunked X runs 'lloyd' (pruning is for dense blocks).
     - float32 X with more than ``dqkm.kernels.lloyd._DIRECT_MAX_D`` features runs
-      'lloyd': there the Lloyd pass assigns by a float32 GEMM, whose rounding
-      decides near-ties otherwise than the exact distances the bounds are
-      checked against, so the bounds could not promise its labels.
+      'lloyd': there the Lloyd pass assigns by a float32 GEMM whose labels are
+      not certified exact (every other dense Lloyd kernel's are), so the bounds
+      could not promise its labels.
     - 'auto' is 'hamerly' when ``n_features × n_clusters`` is at least
       :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
       features, else 'lloyd': below, the Lloyd pass's kernel costs less per row
       than the bounds' bookkeeping and the rows they must rescan
-      (benchmarks/bench_kmeans.py ``--converge``: the bounds lost at D = 2,
-      K = 16, were even at D = 16, K = 64 and won at D = 32, K = 256 and D = 64,
-      K = 64); 'elkan' (n × K bounds) is never chosen by 'auto'.
+      (benchmarks/bench_kmeans.py ``--converge``, whole fits: 'hamerly' lost
+      to 'lloyd' at D = 2, K = 16 and, since its full scans use the Lloyd
+      pass's direct kernel, won at D = 16, K = 64, below the threshold, which
+      is kept conservative); 'elkan' (n × K bounds) is never chosen by 'auto'.
     """
     from ..kernels.lloyd import _DIRECT_MAX_D
 
@@ -107,17 +111,29 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
 # --------------------------------------------------------------------------- chunk level
 def _unpack(state, n, k, kind):
-    """(labels, upper, lower) from the 2-D float64 array a sidecar file holds."""
+    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds."""
     if state is None:
         return None
     lower = state[:, 2] if kind == "hamerly" else state[:, 2:]
-    return state[:, 0].astype(np.int32), state[:, 1].copy(), np.ascontiguousarray(lower)
+    return (state[:, 0].astype(np.int32), state[:, 1].astype(np.float64),
+            np.ascontiguousarray(lower, dtype=np.float64))
+
+
+def _round32(a, up):
+    """``a`` (float64) as float32 rounded up (``up``) or down: a bound stays a bound."""
+    a32 = a.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        off = a32 < a if up else a32 > a
+    a32[off] = np.nextafter(a32[off], np.float32(np.inf if up else -np.inf))
+    return a32
 
 
 def _pack(labels, upper, lower):
+    """One float32 row per row: label (exact below 2²⁴ clusters), the upper bound
+    rounded up and the lower bound(s) rounded down: half the bytes of float64."""
     n = labels.shape[0]
-    return np.concatenate([labels.astype(np.float64)[:, None], upper[:, None],
-                           lower.reshape(n, -1)], axis=1)
+    return np.concatenate([labels.astype(np.float32)[:, None], _round32(upper, True)[:, None],
+                           _round32(lower.reshape(n, -1), False)], axis=1)
 
 
 def _fresh(n, k, kind):
@@ -214,8 +230,10 @@ class BoundedPasses:
         Keep the state in the workers' memory (True) or in files beside the data
         (False); None: in memory when X is persisted (:func:`held_in_memory`).
     directory : str or None
-        Where the state directory is created with ``in_memory=False`` (None:
-        Dask's ``temporary-directory``, else the system's temporary directory).
+        Where the state directory is created with ``in_memory=False``
+        (``KMeans.fit`` passes its checkpoint directory; None: Dask's
+        ``temporary-directory``, else the system's temporary directory).  Only
+        the state directory this object created is removed, by :meth:`close`.
     """
 
     def __init__(self, X, kind, *, split_every=None, sample_weight=None, in_memory=None,
@@ -319,7 +337,8 @@ class BoundedPasses:
         if sidecar:
             self.written.add(self.generation + 1)
             width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
-            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width)
+            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width,
+                              "float32")
             (res,) = compute(red)
             self._advance_files()
         elif client is None:  # local threads: the blocks' states stay in this process

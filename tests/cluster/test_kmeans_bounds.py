@@ -294,7 +294,7 @@ def test_sidecar_is_zarr_aligned_with_x_and_survives_a_killed_worker(tmp_path, b
         assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
     with open(counter) as f:
         assert len(f.read()) > KILL_AT  # chunk 3 was read again after the kill
-    assert set(layouts) == {((4000, 3), (700, 3), np.dtype(np.float64), False)}
+    assert set(layouts) == {((4000, 3), (700, 3), np.dtype(np.float32), False)}  # float32 rounded outward
     assert got.history_[0]["blocks_without_bounds"] == 6
     assert [h["blocks_without_bounds"] for h in got.history_[1:]] == [0] * (got.n_iter_ - 1)
     np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
@@ -319,3 +319,56 @@ def test_sidecar_of_irregular_chunks_has_one_chunk_per_block(tmp_path):
     (tmp_path / "mine.txt").write_text("not dqkm's")
     row_state.remove_state_directory(d, [1], len(chunks))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+@pytest.mark.parametrize("d", [3, 16])
+def test_bounds_equal_lloyd_on_near_ties_in_float32(algorithm, d):
+    """Rows almost midway between two initial centers (relative gap 1e-5, below
+    float32 rounding of the distances): the Lloyd kernels used to let their
+    float32 rounding decide these, the bounds the exact distances, and the fits
+    parted at the first step.  Both now decide near-ties exactly."""
+    rng = np.random.default_rng(d)
+    C = (rng.normal(size=(5, d)) * 3 + 10.0).astype(np.float32)
+    c1, c2 = C[0].astype(np.float64), C[1].astype(np.float64)
+    e = (c2 - c1) / np.linalg.norm(c2 - c1)
+    P = rng.normal(size=(3000, d)) * 2
+    P -= (P @ e)[:, None] * e
+    X = ((c1 + c2) / 2 + P + (rng.uniform(-1, 1, 3000) * 1e-5 * np.linalg.norm(c2 - c1))[:, None]
+         * e).astype(np.float32)
+    X = da.from_array(X, chunks=700)
+    _assert_same(_fit(X, algorithm, n_clusters=5, init=C, n_init=1),
+                 _fit(X, "lloyd", n_clusters=5, init=C, n_init=1))
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_bounds_in_files_live_under_the_checkpoint_and_survive_resume(tmp_path, blobs, algorithm):
+    """X re-read every pass (persist=False): with a checkpoint the bounds' Zarr
+    sidecar is written under the checkpoint directory (nothing in the temporary
+    directory), removed by the fit even when it is interrupted, and a resume
+    mid-fit (bounds rebuilt by a full scan) gives the uninterrupted result."""
+    da.from_array(blobs, chunks=900).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    ck, scratch = tmp_path / "ck", tmp_path / "scratch"
+    scratch.mkdir()
+    full = _fit(X, "lloyd", persist=False)
+    seen = []
+
+    def look(record, state):
+        seen.append(sorted(p.name for p in ck.iterdir() if p.name.startswith("dqkm-row-state")))
+        if len(seen) == 4:
+            raise Interrupt
+
+    make = lambda: dqkm.KMeans(8, algorithm=algorithm, random_state=0, tol=1e-6,  # noqa: E731
+                               max_iter=60, persist=False)
+    with dask.config.set({"temporary-directory": str(scratch)}), pytest.raises(Interrupt):
+        make().fit(X, checkpoint=ck, callback=look)
+    assert all(len(s) == 1 for s in seen)  # one sidecar, under the checkpoint
+    assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
+    with dask.config.set({"temporary-directory": str(scratch)}):
+        resumed = make().fit(X, checkpoint=ck, resume=True)
+    _assert_same(resumed, full)
+    assert resumed.history_[4]["blocks_without_bounds"] == 5  # rebuilt on resume
+    assert max(h["skipped"] for h in resumed.history_[5:]) > 0.5
+    assert list(scratch.iterdir()) == []
+    assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
