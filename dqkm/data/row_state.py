@@ -31,6 +31,7 @@ import os
 import tempfile
 import uuid
 
+import google_crc32c
 import numpy as np
 
 __all__ = ["create_state_directory", "create_generation", "write_block_state",
@@ -128,8 +129,6 @@ def _encode(z, index, state):
     """Chunk ``index`` of ``z`` holding ``state`` as Zarr v3 stores it with the
     array's codecs (bytes, little-endian, C order; then CRC32C): the block's
     rows padded with the fill value to the chunk's shape."""
-    import google_crc32c
-
     chunk = np.full(z.chunks, np.nan, dtype=z.dtype.newbyteorder("<"))
     rows = np.asarray(state).shape[0]
     if z.ndim == 2:
@@ -172,8 +171,6 @@ def read_block_state(directory, generation, index, shape):
     """The state :func:`write_block_state` wrote, or None if it is missing,
     torn (its CRC32C does not match), unreadable or not of ``shape`` (then the
     caller recomputes it)."""
-    import google_crc32c
-
     try:
         z = _open(directory, generation, "r")
         with open(_chunk_file(z, directory, generation, index), "rb") as f:

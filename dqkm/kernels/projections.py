@@ -22,8 +22,7 @@ The supports, with ties broken deterministically by position:
   holds at least ``s`` selected entries, and at most ``s·(m + n)`` entries are
   selected overall.
 
-A selected entry may be zero (a row with fewer than ``s`` non-zeros still
-selects ``s`` positions); it stays zero in the output.
+A selected entry may be zero (a row with fewer than ``s`` non-zeros); it stays zero.
 
 ``Sp``, ``Splin`` and ``Spcol`` are exact Euclidean projections onto
 ``{X : support constraint, ‖X‖_F = 1}`` (the best support for a fixed norm is
