@@ -423,6 +423,12 @@ def _read_zarr(path):
     return header, arrays
 
 
+def _has_zarr_metadata(path):
+    """Whether ``path`` is a folder with a Zarr group's or array's root metadata."""
+    return any((Path(path) / name).is_file()
+               for name in ("zarr.json", ".zgroup", ".zarray"))
+
+
 def _read_header(path):
     """``(header, arrays)`` of a saved model; ``ModelFileError`` naming the path if
     the file is damaged, truncated, not dqkm's, or lacks an array its header lists.
@@ -438,6 +444,11 @@ def _read_header(path):
             continue
         except FileNotFoundError:
             if not is_url(path) and Path(path).exists():
+                if not _has_zarr_metadata(path):
+                    raise ModelFileError(
+                        f"{str(path)!r} is not a dqkm model: neither a Zarr group (no "
+                        "zarr.json or .zgroup in it) nor a .npz archive; dqkm.load reads "
+                        "what dqkm.save wrote.") from None
                 time.sleep(0.001 * attempt)
                 continue     # a file of the group vanished: replaced while being read
             raise

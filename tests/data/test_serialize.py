@@ -472,3 +472,18 @@ def test_interrupted_fsspec_commit_leaves_nothing(url_of, two_models, ext, monke
         dqkm.save(two_models[1], path)
     monkeypatch.undo()
     assert url_of.listing("memory") == ["keep.zarr"]
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_load_of_a_plain_folder_or_file_says_it_is_not_a_model(tmp_path, kind):
+    """A folder without Zarr metadata, or a file that is not .npz, is not a model:
+    an immediate ModelFileError saying so, not 20 retries reported as a concurrent
+    save ("kept changing while being read")."""
+    path = tmp_path / "not-a-model"
+    if kind == "folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("hello")
+    else:
+        path.write_text("hello")
+    with pytest.raises(ModelFileError, match="not-a-model.*not a dqkm model.*Zarr group"):
+        dqkm.load(path)
