@@ -95,3 +95,95 @@ def test_numpy_input_is_scattered_once_not_sent_with_every_graph(dist_client):
         ref.fit(X)
     np.testing.assert_allclose(model.cluster_centers_, ref.cluster_centers_)
     np.testing.assert_array_equal(labels, ref.labels_)
+
+
+# ------------------------------------------------------------------ the per-task budget
+MIB = 2**20
+
+
+def _worker(limit_mib, process_mib, nthreads=1):
+    return {"memory_limit": limit_mib * MIB, "nthreads": nthreads,
+            "metrics": {"memory": process_mib * MIB}}
+
+
+def test_task_budget_is_the_headroom_below_the_pause_line_not_half_the_limit():
+    """A 600 MiB worker already at 280 MiB pauses at 480 MiB: a task may take what is
+    left below that (less the margin), not half the limit (300 MiB, which paused or
+    restarted it)."""
+    from dqkm.parallel.memory import MARGIN_FRACTION, worker_headroom
+
+    with dask.config.set({"distributed.worker.memory.pause": 0.8}):
+        room = worker_headroom(_worker(600, 280))
+        assert room == pytest.approx((0.8 * 600 - 280 - MARGIN_FRACTION * 600) * MIB)
+        assert room < 0.5 * 600 * MIB
+        # a fresh worker: never more than TASK_FRACTION of the limit
+        assert worker_headroom(_worker(600, 10)) == pytest.approx(0.5 * 600 * MIB)
+        # tasks side by side share it; a worker above its line gives nothing
+        assert worker_headroom(_worker(600, 280, nthreads=2)) == pytest.approx(room / 2)
+        assert worker_headroom(_worker(600, 500)) == 0
+        assert worker_headroom({"memory_limit": 0, "nthreads": 1}) is None
+    off = {"distributed.worker.memory.pause": False,
+           "distributed.worker.memory.terminate": False}
+    with dask.config.set(off):  # no line to keep below: the static fraction
+        assert worker_headroom(_worker(600, 500)) == pytest.approx(0.5 * 600 * MIB)
+
+
+def test_row_tile_fits_the_budget_or_names_what_it_needs():
+    from dqkm.parallel.memory import MemoryBudgetError, row_tile
+
+    kw = dict(what="a pass", per_row=1000, fixed=10 * MIB, knobs="Rechunk X.")
+    assert row_tile(rows=50_000, budget=None, **kw) == 50_000
+    assert row_tile(rows=50_000, budget=100 * MIB, **kw) == 50_000  # the chunk fits whole
+    tile = row_tile(rows=50_000, budget=20 * MIB, **kw)
+    assert tile == (20 * MIB - 10 * MIB) // 1000 and 10 * MIB + tile * 1000 <= 20 * MIB
+    with pytest.raises(MemoryBudgetError,
+                       match=r"a pass: one task needs about 10 MiB \(the chunk and fixed "
+                             r"state 10 MiB, a tile of 256 rows 250 KiB\), but a worker "
+                             r"can give a task 9\.0 MiB .*Rechunk X\."):
+        row_tile(rows=50_000, budget=9 * MIB, min_rows=256, **kw)
+
+
+# ------------------------------------------------------------------ nothing held after fit
+def _held(client):
+    """key -> bytes of every result the workers hold (spilled ones included)."""
+    nbytes = client.nbytes(summary=False)  # also lists released keys: filtered here
+    return {str(k): int(nbytes.get(k, 0)) for keys in client.has_what().values() for k in keys}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("persist", [False, True])
+def test_sparse_embedded_fit_leaves_only_its_small_labels_on_the_cluster(
+        dist_client, tmp_path, monkeypatch, persist):
+    """After a SparseEmbeddedKMeans fit the workers hold what they held before, plus
+    at most the embedded K-means's labels (one small int block per chunk): not the
+    embedded X, nor a pass's inputs.  Every wait polls (a poll's timeout, when a pass
+    outlasts it, used to leave a reference cycle holding the pass's futures until
+    Python's cyclic collector ran; it is kept off here so that it cannot hide one)."""
+    import gc
+
+    from distributed import futures_of
+
+    from dqkm import datasets
+    from dqkm.data import execute
+
+    monkeypatch.setattr(execute, "_POLL", 1e-4)  # every wait times out at least once
+    X, _ = datasets.make_blobs(40_000, 32, 4, chunks=10_000, random_state=0,
+                               path=tmp_path / "X.zarr")
+    gc.collect()
+    before = _held(dist_client)
+    gc.disable()
+    try:
+        se = dqkm.SparseEmbeddedKMeans(4, n_components=8, random_state=0, kmeans={
+            "max_iter": 3, "tol": 0, "persist": persist}).fit(X)
+        kept = {str(f.key) for f in futures_of(se.kmeans_.labels_)} if persist else set()
+        deadline = time.monotonic() + 10  # releases reach the scheduler asynchronously
+        while True:
+            extra = {k: v for k, v in _held(dist_client).items() if k not in before}
+            if set(extra) <= kept or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        gc.enable()
+    assert set(extra) <= kept, sorted(set(extra) - kept)[:5]
+    assert sum(extra.values()) <= X.shape[0] * 4  # int32 labels at most
+    assert isinstance(se.labels_, da.Array)
