@@ -187,3 +187,36 @@ def test_sparse_embedded_fit_leaves_only_its_small_labels_on_the_cluster(
     assert set(extra) <= kept, sorted(set(extra) - kept)[:5]
     assert sum(extra.values()) <= X.shape[0] * 4  # int32 labels at most
     assert isinstance(se.labels_, da.Array)
+
+
+def test_sparse_embedded_passes_tile_to_the_headroom_or_refuse(monkeypatch):
+    """SE's passes over X size their row tiles from the tightest worker's headroom less
+    one chunk of X: a smaller headroom gives smaller tiles and the same model; one that
+    cannot hold the chunk and a tile of MIN_TILE_ROWS rows is refused before any pass
+    (no embedded K-means run first),
+    naming the memory needed and available."""
+    from dqkm.parallel import memory
+    from dqkm.parallel.embedding import MIN_TILE_ROWS, pass_tile_bytes
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    X, _ = make_blobs(4000, 64, centers=3, random_state=0)
+    Xd = da.from_array(X.astype(np.float32), chunks=1000)
+    chunk = 1000 * 64 * 4
+    per_row = 3 * 8 * 64 + 2 * 8 * 8 + 64
+
+    def fit():
+        return dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0).fit(Xd)
+
+    ref = fit()
+    monkeypatch.setattr(memory, "task_budget", lambda: chunk + 100 * per_row)
+    assert pass_tile_bytes(Xd, 8, "a pass") == 100 * per_row
+    small = fit()
+    np.testing.assert_allclose(small.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(small.labels_), np.asarray(ref.labels_))
+    monkeypatch.setattr(memory, "task_budget", lambda: chunk + (MIN_TILE_ROWS - 1) * per_row)
+    est = dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0)
+    with pytest.raises(MemoryBudgetError, match=r"SparseEmbeddedKMeans moments pass: one task "
+                       r"needs about .* but a worker can give a task .*Store X in chunks of "
+                       r"fewer rows"):
+        est.fit(Xd)
+    assert not hasattr(est, "kmeans_")
