@@ -220,3 +220,43 @@ def test_sparse_embedded_passes_tile_to_the_headroom_or_refuse(monkeypatch):
                        r"fewer rows"):
         est.fit(Xd)
     assert not hasattr(est, "kmeans_")
+
+
+@pytest.mark.distributed
+def test_no_chunk_read_from_zarr_is_held_as_a_result_of_its_own(dist_client, tmp_path):
+    """On a cluster, a KMeans fit and a ClusterIndex build over Zarr (chunks above
+    INLINE_BYTES) never hold a chunk of X as a result waiting for its consumer: the
+    reads run inside the tasks that use them (a one-thread worker handed a read ahead
+    held two 64 MiB chunks, and was restarted past 95 % of its memory_limit).  The
+    centers start from an array: the k-means|| sample of X is dask's fancy indexing,
+    whose split tasks still take the reads as results of their own."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from dqkm import datasets
+    from dqkm.neighbors import ClusterIndex
+    from dqkm.parallel.engine import INLINE_BYTES
+
+    class InMemory(SchedulerPlugin):
+        def __init__(self):
+            self.keys = set()
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "memory":
+                self.keys.add(str(key))
+
+    rows = INLINE_BYTES // (8 * 4)
+    X, _ = datasets.make_blobs(4 * rows, 8, 3, chunks=rows, random_state=0,
+                               path=tmp_path / "X.zarr")
+    plugin = InMemory()
+    scheduler = dist_client.cluster.scheduler
+    scheduler.add_plugin(plugin, name="dqkm-test-in-memory")
+    try:
+        init = X[:3].compute()
+        km = dqkm.KMeans(3, init=init, n_init=1, max_iter=3, tol=0, persist=False).fit(X)
+        ClusterIndex(dqkm.KMeans(3, init=init, n_init=1, max_iter=2, tol=0, persist=False),
+                     store=str(tmp_path / "index.zarr")).fit(X)
+    finally:
+        scheduler.remove_plugin(name="dqkm-test-in-memory")
+    assert plugin.keys  # the plugin saw the passes' results
+    assert not [k for k in plugin.keys if X.name in k], X.name
+    assert np.asarray(km.labels_.compute()).shape == (X.shape[0],)
