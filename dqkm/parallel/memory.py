@@ -83,15 +83,30 @@ def worker_headroom(worker, line=None):
     return max(0.0, room) / threads
 
 
-def task_budget():
+def _process_memory(client) -> dict:
+    """Every worker's process memory (RSS) measured now, by address."""
+    import psutil
+
+    return client.run(lambda: psutil.Process().memory_info().rss)
+
+
+def task_budget(fresh=False):
     """Bytes one task may use on the tightest worker now (:func:`worker_headroom`),
     or None without limits (the local schedulers, or a worker without
-    ``memory_limit``)."""
+    ``memory_limit``).
+
+    The process memory is the scheduler's (its workers' last heartbeat), or
+    with ``fresh`` measured on the workers now: right after a pass the
+    heartbeat may still report that pass's peak.
+    """
     client = active_client()
     if client is None:
         return None
     budgets = []
-    for w in scheduler_workers(client).values():
+    now = _process_memory(client) if fresh else {}
+    for addr, w in scheduler_workers(client).items():
+        if addr in now:
+            w = dict(w, metrics=dict(w.get("metrics") or {}, memory=now[addr]))
         room = worker_headroom(w)
         if room is None:
             return None
@@ -153,7 +168,10 @@ def check_task_memory(what, parts, knobs, budget=None):
         The bytes one task needs.
     """
     need = int(sum(parts.values()))
-    budget = task_budget() if budget is None else budget
+    if budget is None:
+        budget = task_budget()
+        if budget is not None and need > budget:  # measured now before refusing
+            budget = task_budget(fresh=True)
     if budget is not None and need > budget:
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
         raise MemoryBudgetError(
@@ -196,10 +214,13 @@ def row_tile(what, *, rows, per_row, fixed, knobs, min_rows=1, budget=None):
         When even a tile of ``min_rows`` rows does not fit.
     """
     rows = max(1, int(rows))
-    budget = task_budget() if budget is None else budget
+    low = min(int(min_rows), rows)
+    if budget is None:
+        budget = task_budget()
+        if budget is not None and fixed + rows * per_row > budget:  # measured now
+            budget = task_budget(fresh=True)
     if budget is None:
         return rows
-    low = min(int(min_rows), rows)
     check_task_memory(what, {"the chunk and fixed state": int(fixed),
                              f"a tile of {low} rows": int(per_row) * low}, knobs, budget)
     fits = math.floor((budget - fixed) / max(1, per_row))

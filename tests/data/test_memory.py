@@ -208,12 +208,13 @@ def test_sparse_embedded_passes_tile_to_the_headroom_or_refuse(monkeypatch):
         return dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0).fit(Xd)
 
     ref = fit()
-    monkeypatch.setattr(memory, "task_budget", lambda: chunk + 100 * per_row)
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: chunk + 100 * per_row)
     assert pass_tile_bytes(Xd, 8, "a pass") == 100 * per_row
     small = fit()
     np.testing.assert_allclose(small.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(small.labels_), np.asarray(ref.labels_))
-    monkeypatch.setattr(memory, "task_budget", lambda: chunk + (MIN_TILE_ROWS - 1) * per_row)
+    monkeypatch.setattr(memory, "task_budget",
+                        lambda fresh=False: chunk + (MIN_TILE_ROWS - 1) * per_row)
     est = dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0)
     with pytest.raises(MemoryBudgetError, match=r"SparseEmbeddedKMeans moments pass: one task "
                        r"needs about .* but a worker can give a task .*Store X in chunks of "
@@ -260,3 +261,25 @@ def test_no_chunk_read_from_zarr_is_held_as_a_result_of_its_own(dist_client, tmp
     assert plugin.keys  # the plugin saw the passes' results
     assert not [k for k in plugin.keys if X.name in k], X.name
     assert np.asarray(km.labels_.compute()).shape == (X.shape[0],)
+
+
+@pytest.mark.distributed
+def test_a_stale_heartbeat_is_measured_again_before_a_refusal(dist_client, monkeypatch):
+    """Right after a pass the scheduler may still report its peak as a worker's
+    process memory: a task that does not fit that report is checked against the
+    workers' memory measured now before it is refused."""
+    from dqkm.parallel import memory
+
+    real = memory.scheduler_workers
+
+    def stale(client):  # every worker reported at its pause line
+        return {a: dict(w, metrics=dict(w["metrics"], memory=0.8 * w["memory_limit"]))
+                for a, w in real(client).items()}
+
+    monkeypatch.setattr(memory, "scheduler_workers", stale)
+    with dask.config.set({"distributed.worker.memory.pause": 0.8}):
+        assert memory.task_budget() == 0
+        fresh = memory.task_budget(fresh=True)
+        assert fresh > 0
+        assert memory.check_task_memory("a pass", {"chunk": int(fresh // 2)}, "") == fresh // 2
+        assert memory.row_tile("a pass", rows=1000, per_row=8, fixed=0, knobs="") == 1000
