@@ -395,3 +395,27 @@ def test_in_memory_index_larger_than_the_driver_is_refused(blobs, fitted_km, tmp
     assert ClusterIndex(fitted_km).fit(X).index_.in_memory  # NumPy in: memory was chosen
     monkeypatch.setattr(nb, "driver_memory_bytes", lambda: 3.0 * X.nbytes)
     assert ClusterIndex(fitted_km).fit(Xd).index_.in_memory
+
+
+def test_the_shuffle_reads_each_block_of_x_inside_its_spill_task(tmp_path):
+    """Phase 1 of the out-of-core shuffle (the ClusterIndex build) reads every large
+    block of X from Zarr inside the task that spills it: no read is a task of its own
+    whose chunk a worker holds while its spill task waits (with 64 MiB chunks, those
+    held reads paused both workers of a 2 × 600 MiB cluster); the rows come back
+    permuted exactly."""
+    import dask
+
+    from dqkm import datasets
+    from dqkm.parallel.engine import INLINE_BYTES
+    from dqkm.parallel.shuffle import _spill_tasks, permute_rows, spill_directory
+
+    rows = INLINE_BYTES // (4 * 4)
+    X, _ = datasets.make_blobs(3 * rows, 4, 3, chunks=rows, random_state=0,
+                               path=tmp_path / "X.zarr")
+    order = np.random.default_rng(0).permutation(X.shape[0])
+    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
+    spill = spill_directory(tmp_path / "out")
+    (opt,) = dask.optimize(_spill_tasks(X, np.argsort(order), offsets, spill, False))
+    assert all(str(k).startswith("dqkm-shuffle-spill-") for k in dict(opt.__dask_graph__()))
+    Xs = permute_rows(X, order, spill, out_rows=rows // 2)
+    np.testing.assert_array_equal(Xs.compute(), X.compute()[order])

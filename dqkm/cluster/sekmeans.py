@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._docstrings import fill_doc
 from ..kernels.embedding import (DenseEmbedding, SparseEmbedding, draw_dense_embedding,
                                  draw_sparse_embedding)
-from ..parallel.embedding import embed, embed_assign, original_space_moments
+from ..parallel.embedding import embed, embed_assign, original_space_moments, pass_tile_bytes
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import checked_rows
 from .._validation import (VERBOSE, Interval, InvalidParameterError, Options, check_n_samples,
@@ -274,6 +274,8 @@ class SparseEmbeddedKMeans(DqkmClusterer):
             emb = draw_dense_embedding(Xd.shape[1], d, emb_seed, dtype=Xd.dtype)
         km_params.setdefault("random_state", int(km_seed.generate_state(1)[0] >> 1))
         km_params.setdefault("verbose", self.verbose)
+        # the pass back to the original space must fit: refused before any pass if not
+        pass_tile_bytes(Xd, d, "SparseEmbeddedKMeans moments pass")
         Xh = embed(Xd, emb)
         km = KMeans(self.n_clusters, **km_params)
         owner = {"estimator": type(self).__name__, "embedding": self.embedding,

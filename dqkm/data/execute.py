@@ -15,6 +15,7 @@ import queue
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Executor, Future, InvalidStateError
 
 import dask
@@ -123,6 +124,24 @@ def _paused_message(workers, seconds) -> str:
             f"dqkm.paused-timeout.")
 
 
+def _drop_frames(error) -> None:
+    """Clear the finished frames ``error`` and the errors chained to it refer to.
+
+    A poll's ``TimeoutError`` comes out of distributed's ``sync``, which keeps it
+    in a closure of the frames its traceback holds: a reference cycle through
+    frames whose locals hold the awaited futures.  Left to Python's cyclic
+    garbage collector, the results of those futures (a persisted X, a pass's
+    inputs) stayed held on the workers after the fit returned, until the
+    collector happened to run.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)  # skips the frames still running
+        error.__traceback__ = None
+        error = error.__context__ or error.__cause__
+
+
 def wait_watched(client, futures, timeout=None):
     """``distributed.wait(futures)``, raising :class:`~dqkm.exceptions.WorkersPausedError`
     (after cancelling ``futures``) when every worker of the cluster stays paused for
@@ -141,8 +160,8 @@ def wait_watched(client, futures, timeout=None):
         try:
             wait(futures, timeout=_POLL)
             return
-        except TimeoutError:
-            pass
+        except TimeoutError as e:
+            _drop_frames(e)
         workers = scheduler_workers(client)
         if not workers or any(w.get("status") != "paused" for w in workers.values()):
             since = None

@@ -15,7 +15,9 @@ import numpy as np
 
 from ..kernels.embedding import embed_assign_chunk, embed_chunk, embed_moments_chunk
 from ..kernels.lloyd_sparse import as_csr, merge_label_moments
+from ..kernels.tiles import TILE_BYTES
 from .engine import broadcast, compute, map_blocks_reduce, map_rows
+from .memory import row_tile
 
 __all__ = ["embed", "embed_assign", "original_space_moments"]
 
@@ -48,8 +50,35 @@ def embed(X, emb, dtype=None):
     return out if out.dtype == dtype else out.astype(dtype)
 
 
-def _assign_block(block, emb, centers):
-    return embed_assign_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers)
+#: The smallest row tile a pass of SE works with.
+MIN_TILE_ROWS = 64
+
+
+def pass_tile_bytes(X, n_components, what):
+    """The ``tile_bytes`` of a pass over dense X: :data:`~dqkm.kernels.tiles.TILE_BYTES`,
+    less where the tightest worker's headroom (:func:`~dqkm.parallel.memory.task_budget`)
+    less one chunk of X does not hold it (None for CSR chunks: their per-row cost is
+    their non-zeros').
+
+    Raises :class:`~dqkm.parallel.memory.MemoryBudgetError` when not even a tile of
+    :data:`MIN_TILE_ROWS` rows fits beside the chunk.
+    """
+    if getattr(X, "dtype", None) is None or X.dtype.kind != "f" or X.ndim != 2 \
+            or not isinstance(getattr(X, "_meta", None), np.ndarray):
+        return None
+    d = int(X.shape[1])
+    per_row = 3 * 8 * d + 2 * 8 * int(n_components) + 64  # kernels.embedding._row_bytes
+    chunk = max(X.chunks[0], default=0) * d * X.dtype.itemsize
+    rows = row_tile(what, rows=max(1, TILE_BYTES // per_row), per_row=per_row, fixed=chunk,
+                    min_rows=MIN_TILE_ROWS,
+                    knobs="Store X in chunks of fewer rows, or give the workers a larger "
+                          "memory_limit (or fewer threads each).")
+    return rows * per_row
+
+
+def _assign_block(block, emb, centers, tile_bytes=None):
+    return embed_assign_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers,
+                              tile_bytes=tile_bytes)
 
 
 def embed_assign(X, emb, embedded_centers):
@@ -59,18 +88,21 @@ def embed_assign(X, emb, embedded_centers):
     (:func:`dqkm.kernels.embedding.embed_assign_chunk`): it holds its chunk,
     the labels and one tile's image.
     """
+    tile = pass_tile_bytes(X, emb.n_components, "SparseEmbeddedKMeans labels pass")
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
-    return map_rows(X, _assign_block, e, c, dtype=np.int32, name="embed-assign")
+    return map_rows(X, _assign_block, e, c, tile, dtype=np.int32, name="embed-assign")
 
 
-def _moments_chunk(block, emb, centers):
-    return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers)
-
-
-def _weighted_moments_chunk(block, weights, emb, centers, index, offset):
+def _moments_chunk(block, emb, centers, tile_bytes=None):
     return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers,
-                               weights=np.asarray(weights, dtype=np.float64))
+                               tile_bytes=tile_bytes)
+
+
+def _weighted_moments_chunk(block, weights, emb, centers, tile_bytes, index, offset):
+    return embed_moments_chunk(as_csr(block, "SparseEmbeddedKMeans"), emb, centers,
+                               weights=np.asarray(weights, dtype=np.float64),
+                               tile_bytes=tile_bytes)
 
 
 def _moments_combine(parts):
@@ -98,18 +130,20 @@ def original_space_moments(X, emb, embedded_centers, *, split_every=None, sample
     m2 : ndarray of shape (n_clusters,), float64
 
     Memory per task: its chunk, K×d float64 partials and one row tile's
-    temporaries (:data:`dqkm.kernels.tiles.TILE_BYTES`): the chunk is
-    embedded and summarised tile by tile, never copied whole.
+    temporaries (:data:`dqkm.kernels.tiles.TILE_BYTES`, less when a worker's
+    headroom is smaller: :func:`pass_tile_bytes`): the chunk is embedded and
+    summarised tile by tile, never copied whole.
     """
+    tile = pass_tile_bytes(X, emb.n_components, "SparseEmbeddedKMeans moments pass")
     e = broadcast(emb, "embedding")
     c = broadcast(np.ascontiguousarray(embedded_centers), "centers")
     if sample_weight is not None:
         from .lloyd import map_reduce_weighted
 
         d = map_reduce_weighted(X, sample_weight, _weighted_moments_chunk, _moments_combine,
-                                args=(e, c), split_every=split_every, name="se-moments")
+                                args=(e, c, tile), split_every=split_every, name="se-moments")
     else:
-        d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c),
+        d = map_blocks_reduce(X, _moments_chunk, _moments_combine, args=(e, c, tile),
                               split_every=split_every, name="se-moments")
     (res,) = compute(d)
     return res

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_SPLIT_EVERY",
     "active_client",
     "block_offsets",
+    "block_sources",
     "driver_blas",
     "one_blas_thread",
     "broadcast",
@@ -269,20 +270,69 @@ def map_blocks_reduce(
                                             split_every, with_offsets)
     # broadcast state by reference (one key), small constants inline, as delayed does
     task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
+    sources = block_sources(blocks, _block_nbytes(X))
     layer: dict = {}
     parts = []
-    for i, blk in enumerate(blocks):
+    for i, src in enumerate(sources):
         extra = (i, int(offsets[i])) if with_offsets else ()
         k = f"{layer_name}-{i}"
-        layer[k] = Task(k, chunk, TaskRef(blk.key), *task_args, *extra)
+        layer[k] = Task(k, chunk, src, *task_args, *extra)
         parts.append(k)
     out = _tree_tasks(layer, parts, combine, split_every, f"{layer_name}-combine")
     if aggregate is not None:
         k = f"{layer_name}-aggregate"
         layer[k] = Task(k, aggregate, TaskRef(out))
         out = k
-    # the blocks share X's graph: one of them brings it in
-    return _delayed_from_layer(layer, out, layer_name, blocks[:1] + states)
+    # the blocks share X's graph: one of them brings it in (unless nothing of it is left)
+    shared = blocks[:1] if any(isinstance(s, TaskRef) or s.dependencies for s in sources) else []
+    return _delayed_from_layer(layer, out, layer_name, shared + states)
+
+
+#: Blocks of at least this many bytes are produced inside the task that uses them.
+INLINE_BYTES = 1 << 20
+
+
+def block_sources(blocks, nbytes) -> list:
+    """What each pass task takes as its block: the task that produces the block,
+    inlined with the chain of tasks only it uses (a read from Zarr, a
+    generator, a slice or cast of them), else a reference to its key.
+
+    Blocks under :data:`INLINE_BYTES` (``nbytes``, one per block) stay tasks
+    of their own: holding one ahead of its consumer costs nothing.
+
+    An inlined read runs inside the pass task, so its chunk lives only while
+    that task runs: a worker holds one chunk per running task.  As a task of
+    its own, every read done ahead of its consumer (a worker is handed more
+    root tasks than it has threads) was one more chunk held in memory: two
+    64 MiB chunks per one-thread worker were measured, enough to push a
+    worker that already held its libraries past distributed's restart line.
+    Persisted blocks (already in memory) and results several blocks share
+    are referred to by their key.
+    """
+    graph = dict(blocks[0].__dask_graph__()) if blocks else {}
+    users: dict = {}
+    for node in graph.values():
+        for dep in getattr(node, "dependencies", ()):
+            users[dep] = users.get(dep, 0) + 1
+    return [(_inlined(graph, blk.key, users) if size >= INLINE_BYTES else None)
+            or TaskRef(blk.key) for blk, size in zip(blocks, nbytes)]
+
+
+def _block_nbytes(X) -> list:
+    row = X.dtype.itemsize * int(np.prod(X.shape[1:], dtype=np.int64))
+    return [int(r) * row for r in X.chunks[0]]
+
+
+def _inlined(graph, key, users):
+    node = graph.get(key)
+    if not isinstance(node, Task):
+        return None
+    subs = {}
+    for dep in node.dependencies:
+        sub = _inlined(graph, dep, users) if users.get(dep, 0) == 1 else None
+        if sub is not None:
+            subs[dep] = sub
+    return node.substitute(subs) if subs else node
 
 
 def _call_on_block(blocks, func, *args):

@@ -1,28 +1,40 @@
 """What one task of a pass needs, against what a worker can give it.
 
-A pass whose task cannot fit in a worker gets the worker killed by its nanny,
-the task retried on the next worker until none is left, and the fit either
-fails with ``KilledWorker`` or waits for workers that never come back.
-:func:`check_task_memory` refuses such a pass *before* it is submitted, with
-the memory it needs and the knob that changes it.
+A pass whose task cannot fit in a worker gets the worker paused (at
+``distributed.worker.memory.pause`` of its ``memory_limit``) or killed by its
+nanny (at ``terminate``), the task retried on the next worker until none is
+left, and the fit either fails with ``KilledWorker`` or waits for workers that
+never come back.  :func:`check_task_memory` refuses such a pass *before* it is
+submitted, with the memory it needs and the knob that changes it, and
+:func:`row_tile` sizes the row tiles a task works through so that it fits.
 
-A task may use :data:`TASK_FRACTION` of its worker's ``memory_limit`` divided
-by the worker's threads (tasks run side by side); the rest is the worker
-process itself (Python, NumPy, numba and dask: a few hundred MB), the
-results it holds and the margin before distributed pauses (80 %) and
-restarts (95 %) it.
+The budget is the real headroom of the tightest worker: its ``memory_limit``
+times the pause fraction, minus the process memory the scheduler reports for
+it now (Python, NumPy, numba's loaded kernels, dask and the results it holds:
+a few hundred MB before any task), minus :data:`MARGIN_FRACTION` of the limit,
+divided by its threads (tasks run side by side).  Where the workers have no
+pause or terminate threshold the headroom rule has no line to keep below, and
+a task may use :data:`TASK_FRACTION` of the limit per thread; where they do,
+it may use no more than that either.
 """
 
 from __future__ import annotations
 
+import math
+
+import dask
+
 from ..exceptions import DataError
 from .engine import active_client, scheduler_workers
 
-__all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "task_budget", "resident_budget",
-           "check_task_memory", "check_resident_memory", "MemoryBudgetError", "format_bytes"]
+__all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget",
+           "worker_headroom", "resident_budget", "check_task_memory", "check_resident_memory",
+           "row_tile", "MemoryBudgetError", "format_bytes"]
 
-#: The share of a worker's memory_limit (per thread) one task may use.
+#: The share of a worker's memory_limit (per thread) one task may use at most.
 TASK_FRACTION = 0.5
+#: The share of a worker's memory_limit kept free below its pause line.
+MARGIN_FRACTION = 0.05
 #: The share of the workers' total memory_limit that results held in memory
 #: between passes (e.g. KMultipleMeans's rows of S) may take.
 RESIDENT_FRACTION = 0.25
@@ -41,22 +53,75 @@ def format_bytes(n):
     return f"{n:.0f} B"
 
 
-def task_budget():
-    """Bytes one task may use on the tightest worker, or None without limits.
+def memory_line():
+    """The fraction of ``memory_limit`` a worker must stay under: distributed's
+    ``pause`` fraction, else its ``terminate`` fraction, else None (neither set)."""
+    for key in ("distributed.worker.memory.pause", "distributed.worker.memory.terminate"):
+        value = dask.config.get(key, None)
+        if value not in (None, False) and float(value) > 0:
+            return float(value)
+    return None
 
-    None with the local schedulers (no worker memory limit) or when a worker
-    has no ``memory_limit``.
+
+def worker_headroom(worker, line=None):
+    """Bytes one task may use on ``worker`` (an entry of the scheduler's worker info).
+
+    ``min(TASK_FRACTION · limit, line · limit − process memory − MARGIN_FRACTION
+    · limit) / threads`` (at least 0), with ``line`` from :func:`memory_line`;
+    ``TASK_FRACTION · limit / threads`` when there is no line; None when the
+    worker has no ``memory_limit``.
+    """
+    limit = float(worker.get("memory_limit") or 0)
+    if not limit:
+        return None
+    threads = max(1, int(worker.get("nthreads") or 1))
+    line = memory_line() if line is None else line
+    room = TASK_FRACTION * limit
+    if line:
+        process = float((worker.get("metrics") or {}).get("memory") or 0)
+        room = min(room, line * limit - process - MARGIN_FRACTION * limit)
+    return max(0.0, room) / threads
+
+
+def _process_memory(client) -> dict:
+    """Every worker's process memory (RSS) measured now, by address."""
+    import psutil
+
+    return client.run(lambda: psutil.Process().memory_info().rss)
+
+
+def task_budget(fresh=False):
+    """Bytes one task may use on the tightest worker now (:func:`worker_headroom`),
+    or None without limits (the local schedulers, or a worker without
+    ``memory_limit``).
+
+    The process memory is the scheduler's (its workers' last heartbeat), or
+    with ``fresh`` measured on the workers now: right after a pass the
+    heartbeat may still report that pass's peak.
     """
     client = active_client()
     if client is None:
         return None
     budgets = []
-    for w in scheduler_workers(client).values():
-        limit = w.get("memory_limit") or 0
-        if not limit:
+    now = _process_memory(client) if fresh else {}
+    for addr, w in scheduler_workers(client).items():
+        if addr in now:
+            w = dict(w, metrics=dict(w.get("metrics") or {}, memory=now[addr]))
+        room = worker_headroom(w)
+        if room is None:
             return None
-        budgets.append(TASK_FRACTION * float(limit) / max(1, int(w.get("nthreads") or 1)))
+        budgets.append(room)
     return min(budgets) if budgets else None
+
+
+def _budget_words(budget):
+    line = memory_line()
+    if line is None:
+        return (f"a worker can give a task {format_bytes(budget)} ({TASK_FRACTION:g} of its "
+                "memory_limit per thread)")
+    return (f"a worker can give a task {format_bytes(budget)} (what the tightest worker has "
+            f"left below {line:g} of its memory_limit, less a {MARGIN_FRACTION:g} margin, per "
+            f"thread; at most {TASK_FRACTION:g} of the limit)")
 
 
 def resident_budget():
@@ -103,11 +168,60 @@ def check_task_memory(what, parts, knobs, budget=None):
         The bytes one task needs.
     """
     need = int(sum(parts.values()))
-    budget = task_budget() if budget is None else budget
+    if budget is None:
+        budget = task_budget()
+        if budget is not None and need > budget:  # measured now before refusing
+            budget = task_budget(fresh=True)
     if budget is not None and need > budget:
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
         raise MemoryBudgetError(
-            f"{what}: one task needs about {format_bytes(need)} ({detail}), but a worker can "
-            f"give a task {format_bytes(budget)} ({TASK_FRACTION:g} of its memory_limit per "
-            f"thread). {knobs}")
+            f"{what}: one task needs about {format_bytes(need)} ({detail}), but "
+            f"{_budget_words(budget)}. {knobs}")
     return need
+
+
+def row_tile(what, *, rows, per_row, fixed, knobs, min_rows=1, budget=None):
+    """Rows per tile a task works through so that its working set fits the budget.
+
+    The task holds ``fixed`` bytes whatever its tiles (its input chunk, the
+    broadcast state, its partial result) and ``per_row`` bytes per row of the
+    tile it works on.
+
+    Parameters
+    ----------
+    what : str
+        The pass (named in the error).
+    rows : int
+        Rows of the task's chunk: the tile when there is no budget, or when
+        the whole chunk fits.
+    per_row, fixed : int
+        Bytes per tile row and bytes independent of the tile.
+    knobs : str
+        How to make a pass fit that does not.
+    min_rows : int, default=1
+        The smallest tile the pass works with.
+    budget : int, optional
+        Default :func:`task_budget`.
+
+    Returns
+    -------
+    int
+        The tile, in ``[min(min_rows, rows), rows]``.
+
+    Raises
+    ------
+    MemoryBudgetError
+        When even a tile of ``min_rows`` rows does not fit.
+    """
+    rows = max(1, int(rows))
+    low = min(int(min_rows), rows)
+    if budget is None:
+        budget = task_budget()
+        if budget is not None and fixed + rows * per_row > budget:  # measured now
+            budget = task_budget(fresh=True)
+    if budget is None:
+        return rows
+    check_task_memory(what, {"the chunk and fixed state": int(fixed),
+                             f"a tile of {low} rows": int(per_row) * low}, knobs, budget)
+    fits = math.floor((budget - fixed) / max(1, per_row))
+    return int(max(low, min(rows, fits)))

@@ -19,9 +19,14 @@ from __future__ import annotations
 import dask
 import dask.array as da
 import numpy as np
+from dask.delayed import Delayed
+from dask.highlevelgraph import HighLevelGraph
+from dask.task_spec import DataNode, List, Task, TaskRef
 
 from ..data.spill import gather_block, remove_spill, spill_block, spill_directory
-from .engine import compute_settled
+from .engine import block_sources, compute_settled
+
+_FAN_IN = 8
 
 __all__ = ["permute_rows", "spill_directory", "remove_spill"]
 
@@ -41,12 +46,8 @@ def permute_rows(X: da.Array, order, spill, *, out_rows, sq_norms=False):
     order = np.asarray(order, dtype=np.int64)
     dest = np.empty(n, dtype=np.int64)
     dest[order] = np.arange(n, dtype=np.int64)
-    dest_blocks = da.from_array(dest[:, None], chunks=(X.chunks[0], 1))
-    tokens = da.map_blocks(spill_block, X, dest_blocks, spill, sq_norms=sq_norms,
-                           dtype=np.int8, chunks=((1,) * X.numblocks[0], (1,)),
-                           name=f"dqkm-shuffle-spill-{dask.base.tokenize(X, dest, spill)}")
-    compute_settled(tokens)
     in_offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
+    compute_settled(_spill_tasks(X, dest, in_offsets, spill, sq_norms))
     out_rows = int(max(1, out_rows))
     bounds = np.arange(0, n, out_rows, dtype=np.int64)
     bounds = np.append(bounds, n)
@@ -67,3 +68,34 @@ def permute_rows(X: da.Array, order, spill, *, out_rows, sq_norms=False):
             sq.append(da.from_delayed(task, shape=(n_rows,), dtype=np.float64))
     Xs = da.concatenate(blocks, axis=0)
     return (Xs, da.concatenate(sq)) if sq_norms else Xs
+
+
+def _spill_tasks(X, dest, in_offsets, spill, sq_norms):
+    """Phase 1 as one task per input block, the block's read inlined in it
+    (:func:`~dqkm.parallel.engine.block_sources`): a worker holds one block of X
+    per running task, never blocks read ahead of their spill task."""
+    name = f"dqkm-shuffle-spill-{dask.base.tokenize(X.name, dest, spill, sq_norms)}"
+    blocks = list(np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1))
+    layer, keys = {}, []
+    row = X.dtype.itemsize * X.shape[1]
+    sources = block_sources(blocks, [int(r) * row for r in X.chunks[0]])
+    for i, src in enumerate(sources):
+        k = f"{name}-{i}"
+        part = DataNode(None, dest[in_offsets[i]:in_offsets[i + 1]])
+        layer[k] = Task(k, spill_block, src, part, spill, block_id=(i, 0), sq_norms=sq_norms)
+        keys.append(k)
+    level = 0
+    while len(keys) > 1:  # one small result: a tree of no-op joins
+        nxt = []
+        for j in range(0, len(keys), _FAN_IN):
+            k = f"{name}-join-{level}-{j}"
+            layer[k] = Task(k, _join, List(*(TaskRef(x) for x in keys[j:j + _FAN_IN])))
+            nxt.append(k)
+        keys, level = nxt, level + 1
+    deps = blocks[:1] if any(isinstance(s, TaskRef) or s.dependencies for s in sources) else []
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
+    return Delayed(keys[0], graph, layer=name)
+
+
+def _join(parts):
+    return len(parts)

@@ -95,3 +95,191 @@ def test_numpy_input_is_scattered_once_not_sent_with_every_graph(dist_client):
         ref.fit(X)
     np.testing.assert_allclose(model.cluster_centers_, ref.cluster_centers_)
     np.testing.assert_array_equal(labels, ref.labels_)
+
+
+# ------------------------------------------------------------------ the per-task budget
+MIB = 2**20
+
+
+def _worker(limit_mib, process_mib, nthreads=1):
+    return {"memory_limit": limit_mib * MIB, "nthreads": nthreads,
+            "metrics": {"memory": process_mib * MIB}}
+
+
+def test_task_budget_is_the_headroom_below_the_pause_line_not_half_the_limit():
+    """A 600 MiB worker already at 280 MiB pauses at 480 MiB: a task may take what is
+    left below that (less the margin), not half the limit (300 MiB, which paused or
+    restarted it)."""
+    from dqkm.parallel.memory import MARGIN_FRACTION, worker_headroom
+
+    with dask.config.set({"distributed.worker.memory.pause": 0.8}):
+        room = worker_headroom(_worker(600, 280))
+        assert room == pytest.approx((0.8 * 600 - 280 - MARGIN_FRACTION * 600) * MIB)
+        assert room < 0.5 * 600 * MIB
+        # a fresh worker: never more than TASK_FRACTION of the limit
+        assert worker_headroom(_worker(600, 10)) == pytest.approx(0.5 * 600 * MIB)
+        # tasks side by side share it; a worker above its line gives nothing
+        assert worker_headroom(_worker(600, 280, nthreads=2)) == pytest.approx(room / 2)
+        assert worker_headroom(_worker(600, 500)) == 0
+        assert worker_headroom({"memory_limit": 0, "nthreads": 1}) is None
+    off = {"distributed.worker.memory.pause": False,
+           "distributed.worker.memory.terminate": False}
+    with dask.config.set(off):  # no line to keep below: the static fraction
+        assert worker_headroom(_worker(600, 500)) == pytest.approx(0.5 * 600 * MIB)
+
+
+def test_row_tile_fits_the_budget_or_names_what_it_needs():
+    from dqkm.parallel.memory import MemoryBudgetError, row_tile
+
+    kw = dict(what="a pass", per_row=1000, fixed=10 * MIB, knobs="Rechunk X.")
+    assert row_tile(rows=50_000, budget=None, **kw) == 50_000
+    assert row_tile(rows=50_000, budget=100 * MIB, **kw) == 50_000  # the chunk fits whole
+    tile = row_tile(rows=50_000, budget=20 * MIB, **kw)
+    assert tile == (20 * MIB - 10 * MIB) // 1000 and 10 * MIB + tile * 1000 <= 20 * MIB
+    with pytest.raises(MemoryBudgetError,
+                       match=r"a pass: one task needs about 10 MiB \(the chunk and fixed "
+                             r"state 10 MiB, a tile of 256 rows 250 KiB\), but a worker "
+                             r"can give a task 9\.0 MiB .*Rechunk X\."):
+        row_tile(rows=50_000, budget=9 * MIB, min_rows=256, **kw)
+
+
+# ------------------------------------------------------------------ nothing held after fit
+def _held(client):
+    """key -> bytes of every result the workers hold (spilled ones included)."""
+    nbytes = client.nbytes(summary=False)  # also lists released keys: filtered here
+    return {str(k): int(nbytes.get(k, 0)) for keys in client.has_what().values() for k in keys}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("persist", [False, True])
+def test_sparse_embedded_fit_leaves_only_its_small_labels_on_the_cluster(
+        dist_client, tmp_path, monkeypatch, persist):
+    """After a SparseEmbeddedKMeans fit the workers hold what they held before, plus
+    at most the embedded K-means's labels (one small int block per chunk): not the
+    embedded X, nor a pass's inputs.  Every wait polls (a poll's timeout, when a pass
+    outlasts it, used to leave a reference cycle holding the pass's futures until
+    Python's cyclic collector ran; it is kept off here so that it cannot hide one)."""
+    import gc
+
+    from distributed import futures_of
+
+    from dqkm import datasets
+    from dqkm.data import execute
+
+    monkeypatch.setattr(execute, "_POLL", 1e-4)  # every wait times out at least once
+    X, _ = datasets.make_blobs(40_000, 32, 4, chunks=10_000, random_state=0,
+                               path=tmp_path / "X.zarr")
+    gc.collect()
+    before = _held(dist_client)
+    gc.disable()
+    try:
+        se = dqkm.SparseEmbeddedKMeans(4, n_components=8, random_state=0, kmeans={
+            "max_iter": 3, "tol": 0, "persist": persist}).fit(X)
+        kept = {str(f.key) for f in futures_of(se.kmeans_.labels_)} if persist else set()
+        deadline = time.monotonic() + 10  # releases reach the scheduler asynchronously
+        while True:
+            extra = {k: v for k, v in _held(dist_client).items() if k not in before}
+            if set(extra) <= kept or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        gc.enable()
+    assert set(extra) <= kept, sorted(set(extra) - kept)[:5]
+    assert sum(extra.values()) <= X.shape[0] * 4  # int32 labels at most
+    assert isinstance(se.labels_, da.Array)
+
+
+def test_sparse_embedded_passes_tile_to_the_headroom_or_refuse(monkeypatch):
+    """SE's passes over X size their row tiles from the tightest worker's headroom less
+    one chunk of X: a smaller headroom gives smaller tiles and the same model; one that
+    cannot hold the chunk and a tile of MIN_TILE_ROWS rows is refused before any pass
+    (no embedded K-means run first),
+    naming the memory needed and available."""
+    from dqkm.parallel import memory
+    from dqkm.parallel.embedding import MIN_TILE_ROWS, pass_tile_bytes
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    X, _ = make_blobs(4000, 64, centers=3, random_state=0)
+    Xd = da.from_array(X.astype(np.float32), chunks=1000)
+    chunk = 1000 * 64 * 4
+    per_row = 3 * 8 * 64 + 2 * 8 * 8 + 64
+
+    def fit():
+        return dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0).fit(Xd)
+
+    ref = fit()
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: chunk + 100 * per_row)
+    assert pass_tile_bytes(Xd, 8, "a pass") == 100 * per_row
+    small = fit()
+    np.testing.assert_allclose(small.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(small.labels_), np.asarray(ref.labels_))
+    monkeypatch.setattr(memory, "task_budget",
+                        lambda fresh=False: chunk + (MIN_TILE_ROWS - 1) * per_row)
+    est = dqkm.SparseEmbeddedKMeans(3, n_components=8, random_state=0)
+    with pytest.raises(MemoryBudgetError, match=r"SparseEmbeddedKMeans moments pass: one task "
+                       r"needs about .* but a worker can give a task .*Store X in chunks of "
+                       r"fewer rows"):
+        est.fit(Xd)
+    assert not hasattr(est, "kmeans_")
+
+
+@pytest.mark.distributed
+def test_no_chunk_read_from_zarr_is_held_as_a_result_of_its_own(dist_client, tmp_path):
+    """On a cluster, a KMeans fit and a ClusterIndex build over Zarr (chunks above
+    INLINE_BYTES) never hold a chunk of X as a result waiting for its consumer: the
+    reads run inside the tasks that use them (a one-thread worker handed a read ahead
+    held two 64 MiB chunks, and was restarted past 95 % of its memory_limit).  The
+    centers start from an array: the k-means|| sample of X is dask's fancy indexing,
+    whose split tasks still take the reads as results of their own."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from dqkm import datasets
+    from dqkm.neighbors import ClusterIndex
+    from dqkm.parallel.engine import INLINE_BYTES
+
+    class InMemory(SchedulerPlugin):
+        def __init__(self):
+            self.keys = set()
+
+        def transition(self, key, start, finish, *args, **kwargs):
+            if finish == "memory":
+                self.keys.add(str(key))
+
+    rows = INLINE_BYTES // (8 * 4)
+    X, _ = datasets.make_blobs(4 * rows, 8, 3, chunks=rows, random_state=0,
+                               path=tmp_path / "X.zarr")
+    plugin = InMemory()
+    scheduler = dist_client.cluster.scheduler
+    scheduler.add_plugin(plugin, name="dqkm-test-in-memory")
+    try:
+        init = X[:3].compute()
+        km = dqkm.KMeans(3, init=init, n_init=1, max_iter=3, tol=0, persist=False).fit(X)
+        ClusterIndex(dqkm.KMeans(3, init=init, n_init=1, max_iter=2, tol=0, persist=False),
+                     store=str(tmp_path / "index.zarr")).fit(X)
+    finally:
+        scheduler.remove_plugin(name="dqkm-test-in-memory")
+    assert plugin.keys  # the plugin saw the passes' results
+    assert not [k for k in plugin.keys if X.name in k], X.name
+    assert np.asarray(km.labels_.compute()).shape == (X.shape[0],)
+
+
+@pytest.mark.distributed
+def test_a_stale_heartbeat_is_measured_again_before_a_refusal(dist_client, monkeypatch):
+    """Right after a pass the scheduler may still report its peak as a worker's
+    process memory: a task that does not fit that report is checked against the
+    workers' memory measured now before it is refused."""
+    from dqkm.parallel import memory
+
+    real = memory.scheduler_workers
+
+    def stale(client):  # every worker reported at its pause line
+        return {a: dict(w, metrics=dict(w["metrics"], memory=0.8 * w["memory_limit"]))
+                for a, w in real(client).items()}
+
+    monkeypatch.setattr(memory, "scheduler_workers", stale)
+    with dask.config.set({"distributed.worker.memory.pause": 0.8}):
+        assert memory.task_budget() == 0
+        fresh = memory.task_budget(fresh=True)
+        assert fresh > 0
+        assert memory.check_task_memory("a pass", {"chunk": int(fresh // 2)}, "") == fresh // 2
+        assert memory.row_tile("a pass", rows=1000, per_row=8, fixed=0, knobs="") == 1000

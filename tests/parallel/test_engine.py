@@ -227,3 +227,30 @@ def test_paused_workers_end_a_fit_with_a_clear_error_instead_of_a_hang(tmp_path)
         assert isinstance(WorkersPausedError("x"), (DqkmError, MemoryError))
         assert not client.processing() or not any(client.processing().values())
     assert not (tmp_path / "x.zarr").exists()
+
+
+def test_a_pass_reads_each_large_block_inside_the_task_that_uses_it(tmp_path):
+    """A block of at least INLINE_BYTES read from Zarr (also sliced or cast on the way)
+    is produced inside the pass task that uses it: no read is a task of its own whose
+    chunk a worker would hold while waiting for its consumer (a worker is handed more
+    root tasks than it has threads: one more chunk held per read done ahead).
+    Persisted blocks, already in memory, and small blocks keep their own keys."""
+    from dqkm import datasets
+    from dqkm.parallel.engine import INLINE_BYTES
+
+    rows = INLINE_BYTES // (4 * 4)
+    X, _ = datasets.make_blobs(4 * rows, 4, 3, chunks=rows, random_state=0,
+                               path=tmp_path / "X.zarr")
+    expected = X.sum(axis=0).compute()
+    for Y in (X, X[:, :].astype(np.float64)):
+        d = map_blocks_reduce(Y, lambda b: b.sum(axis=0), sum_partials, name="inline")
+        (opt,) = dask.optimize(d)
+        keys = {str(k) for k in dict(opt.__dask_graph__())}
+        assert all(k.startswith("dqkm-inline-") for k in keys), sorted(keys)[:3]
+        assert len(keys) == 4 + 1  # one task per block, one combine
+        np.testing.assert_allclose(compute(d)[0], expected, rtol=1e-5)
+    for Y in (X.persist(), X[:64].rechunk(16)):  # in memory; small blocks
+        d = map_blocks_reduce(Y, lambda b: b.sum(axis=0), sum_partials, name="inline")
+        (opt,) = dask.optimize(d)
+        assert any(not str(k).startswith("dqkm-inline-") for k in dict(opt.__dask_graph__()))
+        np.testing.assert_allclose(compute(d)[0], Y.sum(axis=0).compute(), rtol=1e-5)
