@@ -371,8 +371,11 @@ def _init_variant(K, name, q):
         res = hierarchical_palm4msa(
             C, cons, residual_constraints=default_residual_constraints(cons, rule="geometric"),
             adaptive_step=True, **INIT_VARIANTS[name])
-    q.put((name, K, time.perf_counter() - t0, res.errors[-1] / np.linalg.norm(C),
-           " ".join(runs)))
+    row = (name, K, time.perf_counter() - t0, res.errors[-1] / np.linalg.norm(C), " ".join(runs))
+    if os.environ.get("BENCH_QK_INIT_LOG"):  # each row as it ends, for runs cut short
+        with open(os.environ["BENCH_QK_INIT_LOG"], "a") as f:
+            f.write(repr(row) + "\n")
+    q.put(row)
 
 
 class _InitJobs:

@@ -301,7 +301,8 @@ class QKMeans(KMeans):
     warm-started palm4MSA until it improves by at most ``palm_tol``
     (``palm_iter`` at most).  ``hierarchical_refits=k`` adds the three refits
     in iterations 1 … k, each about twice an initial factorisation with the
-    tighter budget of :func:`factorize_centroids`.
+    tighter budget of :func:`factorize_centroids`, which the initial
+    factorisation then uses too.
 
     Attributes
     ----------
@@ -380,7 +381,10 @@ class QKMeans(KMeans):
         A = np.asarray(centers, dtype=np.float64)
         paper = self.variant == "paper"
         if self.init_factorization == "hierarchical":
-            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
+            # hierarchical refits ask for quality over time: the tighter budget throughout
+            budget = "full" if self.hierarchical_refits > 0 else "fit"
+            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper,
+                                 budget=budget).factors
         return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
 
     def _check_extra_params(self, n_features):

@@ -59,8 +59,7 @@ def test_zero_palm_tol_runs_every_refit_to_its_cap(digits, warm_runs):
     assert [(cap, n) for cap, _, n, _ in warm_runs] == [(7, 7)] * 3
 
 
-def test_init_uses_the_progress_budget_and_factorize_centroids_the_full_one(digits,
-                                                                          monkeypatch):
+def test_init_budget_is_the_progress_one_unless_refits_or_post_hoc(digits, monkeypatch):
     X, init = digits
     calls, real = [], kernels.hierarchical_palm4msa
 
@@ -72,9 +71,14 @@ def test_init_uses_the_progress_budget_and_factorize_centroids_the_full_one(digi
     dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter_init=20).fit(X)
     assert calls == [(qkm._SPLIT_TOL, qkm._LAST_TOL)]
     calls.clear()
+    full = (qkm._FULL_BUDGET["split_tol"], qkm._FULL_BUDGET["tol"])
+    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter=5, palm_iter_init=20,
+                 hierarchical_refits=1).fit(X)
+    assert calls == [full] * 3  # the init, then the two hierarchical refit candidates
+    calls.clear()
     km = dqkm.KMeans(10, init=init, max_iter=3).fit(X)
     dqkm.factorize_centroids(km, sparsity=3, n_iter=20)
-    assert calls == [(qkm._FULL_BUDGET["split_tol"], qkm._FULL_BUDGET["tol"])]
+    assert calls == [full]
 
 
 def _docstring_defaults(cls):
