@@ -1,6 +1,7 @@
 """QKMeans's budget of palm4MSA iterations: the warm refits stop on progress
-(``palm_tol``), the initial factorisation on QK-means's progress budget, and the
-defaults are the ones the docstring and docs/algorithms/qkmeans.md state."""
+(``palm_tol``), the initial factorisation on QK-means's progress budget when
+``hierarchical_refits=0``, and the defaults are the ones the docstring and
+docs/algorithms/qkmeans.md state."""
 
 import re
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_warm_refits_stop_when_the_error_stops_improving(digits, warm_runs):
     lowers the error by at most palm_tol relatively (or at the cap palm_iter)."""
     X, init = digits
     qk = dqkm.QKMeans(10, sparsity=3, init=init, max_iter=6, tol=0, palm_iter=40,
-                      palm_tol=1e-2, palm_iter_init=20).fit(X)
+                      palm_tol=1e-2, palm_iter_init=20, hierarchical_refits=0).fit(X)
     assert len(warm_runs) == 6
     for (cap, tol, n, errors), rec in zip(warm_runs, qk.history_):
         assert (cap, tol) == (40, 1e-2) and rec["palm_iter"] == n
@@ -55,7 +56,7 @@ def test_warm_refits_stop_when_the_error_stops_improving(digits, warm_runs):
 def test_zero_palm_tol_runs_every_refit_to_its_cap(digits, warm_runs):
     X, init = digits
     dqkm.QKMeans(10, sparsity=3, init=init, max_iter=3, tol=0, palm_iter=7, palm_tol=0,
-                 palm_iter_init=20).fit(X)
+                 palm_iter_init=20, hierarchical_refits=0).fit(X)
     assert [(cap, n) for cap, _, n, _ in warm_runs] == [(7, 7)] * 3
 
 
@@ -68,7 +69,8 @@ def test_init_budget_is_the_progress_one_unless_refits_or_post_hoc(digits, monke
         return real(*a, **kw)
 
     monkeypatch.setattr(kernels, "hierarchical_palm4msa", spy)
-    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter_init=20).fit(X)
+    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter_init=20,
+                 hierarchical_refits=0).fit(X)
     assert calls == [(qkm._SPLIT_TOL, qkm._LAST_TOL)]
     calls.clear()
     full = (qkm._FULL_BUDGET["split_tol"], qkm._FULL_BUDGET["tol"])
