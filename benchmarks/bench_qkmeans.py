@@ -30,16 +30,13 @@
     seconds on the same data, and the N above which a QK-means iteration
     would be cheaper (linear extrapolation of the measured per-row
     assignment time and per-palm4MSA-iteration time).
-(4) ``--parts defaults``: ``QKMeans(1024)`` with all defaults against
-    ``KMeans(1024)`` (defaults) on digits upsampled to 1024 dims
-    (``--default-rows``).  K-means is fitted and timed whole.  The QK-means fit
-    is timed in parts: its default initial factorisation (hierarchical
-    palm4MSA, ``palm_iter_init=300``) of K rows, in a forked process stopped
-    after ``--init-budget`` seconds; one palm4MSA iteration at K = D = 1024;
-    one assignment pass through factors of the default shape.  The fit's time
-    is extrapolated from them (a lower bound: the iteration-1 refit counted as
-    twice the initial factorisation, the K-means iteration count used for
-    QK-means), and the N above which QKMeans.fit would be faster.
+(4) ``--parts defaults``: ``QKMeans(K)`` with all defaults against ``KMeans(K)``
+    (defaults), K = ``--default-k`` (1024), on ``--default-rows`` rows of digits
+    upsampled to 1024 dims, both fitted whole (same ``random_state``): seconds,
+    Lloyd iterations, the QK-means fit split into init + palm4MSA refits and
+    passes over the rows, the objective ratio; then the fit times at N = 100k
+    and 1M and the crossover N, extrapolated (labelled) with the fixed parts as
+    measured and the passes linear in N at the measured iteration counts.
 (5) ``--parts minibatch``: MiniBatchQKMeans on digits, the objective after 8
     epochs of ``partial_fit`` for several ``refit_every`` against QKMeans.fit
     from the same init.
@@ -48,8 +45,9 @@
     upsampled digits (the first K of the 1024 columns when K < 1024), K = D,
     s = 5, QK-means's residual rule and adaptive step, for the settings named
     by ``--init-variants`` (``INIT_VARIANTS``: ``fixed`` = 300 iterations in
-    every run, no early stop; ``previous`` = the caps and tolerances of
-    QKMeans's default; ``AS…`` = adaptive step in the splits, ``-L`` cap of
+    every run, no early stop; ``previous`` = QKMeans's init budget before its
+    ``_SPLIT_TOL`` / ``_LAST_TOL`` (split_tol 1e-3, last run tol 1e-4);
+    ``default`` = QKMeans's own; ``AS…`` = adaptive step in the splits, ``-L`` cap of
     the last global run, ``-G`` cap of the other global runs, ``-st``
     split_tol), one single-threaded process per setting, ``--init-jobs`` at a
     time: seconds, relative error ‖C − V‖/‖C‖, and every palm4MSA run
@@ -259,12 +257,6 @@ def upsampled_digits(n, rng):
     return (up[rng.integers(0, len(up), n)] + rng.normal(0, 0.5, (n, 1024))).astype(np.float32)
 
 
-def _init_run(C, q):
-    t0 = time.perf_counter()
-    dqkm.QKMeans(C.shape[0])._factorize(C, _constraints(C.shape[0], C.shape[1]))
-    q.put(time.perf_counter() - t0)
-
-
 def _constraints(K, D):
     from dqkm.kernels import default_constraints
 
@@ -272,80 +264,62 @@ def _constraints(K, D):
                                n_factors=dqkm.QKMeans(K)._check_qk_params(D))
 
 
-def _default_init_seconds(C, budget):
-    """Seconds of QKMeans(K)'s default initial factorisation of ``C`` (a forked
-    process, stopped after ``budget`` s: then None)."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_init_run, args=(C, q))
-    proc.start()
-    proc.join(budget)
-    if proc.is_alive():
-        proc.terminate()
-        proc.join()
-        return None
-    return q.get()
+def _fit_record(est, X):
+    t0 = time.perf_counter()
+    est.fit(X)
+    total = time.perf_counter() - t0
+    h = est.history_
+    it = len(h)
+    return dict(total=total, it=it, iter_s=sum(r["seconds"] for r in h),
+                assign=sum(r.get("seconds_assign", r["seconds"]) for r in h),
+                palm=sum(r.get("seconds_palm", 0.0) for r in h),
+                palm_its=sum(r.get("palm_iter", 0) for r in h), inertia=est.inertia_)
 
 
 def defaults(a):
-    """QKMeans(1024) with all defaults vs KMeans(1024), measured in parts."""
-    from dqkm.kernels import palm4msa
-    from dqkm.parallel.qkmeans import qk_pass
-
-    K, N, rng = 1024, a.default_rows, np.random.default_rng(0)
+    """QKMeans(K) with all defaults vs KMeans(K) (defaults), both fitted whole on the
+    same rows; the fit split into parts, and the N where QKMeans.fit would be faster
+    (extrapolated from the parts, labelled)."""
+    K, N, rng = a.default_k, a.default_rows, np.random.default_rng(0)
     X = upsampled_digits(N, rng)
-    print(f"\n## (4) All defaults at K = D = 1024: digits upsampled to 1024 dims, N = {N:,} "
-          f"(float32 in memory, threaded scheduler)\n", flush=True)
-    C = X[rng.choice(N, K, replace=False)].astype(np.float64)
-    t_init = _default_init_seconds(C, a.init_budget)
+    print(f"\n## (4) All defaults at K = {K}, D = 1024: digits upsampled to 1024 dims, "
+          f"N = {N:,} (float32 in memory, threaded scheduler), random_state=0\n", flush=True)
     with dask.config.set(scheduler="threads"):
-        t0 = time.perf_counter()
-        km = dqkm.KMeans(K, random_state=0).fit(X)
-        t_km = time.perf_counter() - t0
-        t_km_iter = float(np.median([r["seconds"] for r in km.history_[1:]] or
-                                    [km.history_[0]["seconds"]]))
-        V = projected_factors(K, 1024, 5, rng)
-        Xd = dask.array.from_array(X, chunks=(max(1, N // 8), 1024))
-        (t_ass, _), res = best_of(lambda: qk_pass(Xd, V), 2, cpu=True)
-    w = np.sqrt(np.maximum(res["counts"], 1).astype(np.float64))
-    A = w[:, None] * np.asarray(km.cluster_centers_, dtype=np.float64)
-    t0 = time.perf_counter()
-    palm4msa(A, _constraints(K, 1024), n_iter=2, tol=0, init=V, fixed_left=w,
-             adaptive_step=True)
-    t_palm = (time.perf_counter() - t0) / 2
-    it = km.n_iter_
-    a_km, a_qk = t_km_iter / N, t_ass / N
-    t_seed = max(0.0, t_km - sum(r["seconds"] for r in km.history_))  # k-means++, shared
-    init_txt = f"{t_init:.0f}" if t_init is not None else f"> {a.init_budget:.0f} (stopped)"
-    f_low = t_seed + 3 * (t_init if t_init is not None else a.init_budget)
-    qk_low = f_low + it * (50 * t_palm + t_ass)
+        dqkm.KMeans(8, max_iter=2).fit(X[:2000])  # compilation, both
+        dqkm.QKMeans(8, max_iter=2, palm_iter_init=2, palm_iter=2).fit(X[:2000])
+        km = _fit_record(dqkm.KMeans(K, random_state=0), X)
+        qk = _fit_record(dqkm.QKMeans(K, random_state=0), X)
+    # a fit = fixed part (seeding, factorisation, palm4MSA) + per-row passes
+    a_km = km["iter_s"] / (km["it"] * N)
+    a_qk = qk["assign"] / (qk["it"] * N)
+    fixed_km = km["total"] - km["iter_s"]
+    fixed_qk = qk["total"] - qk["assign"]
+    init_qk = qk["total"] - qk["iter_s"]
     rows = [
-        ["KMeans(1024).fit, measured", f"{t_km:.1f}", it, f"{t_km_iter:.2f}",
-         f"{1e6 * a_km:.2f}", "1.00"],
-        ["QKMeans(1024) initial factorisation (hierarchical, palm_iter_init=300), measured",
-         init_txt, "–", "–", "–", "–"],
-        [f"QKMeans(1024).fit, extrapolated lower bound (KMeans's k-means++ seconds + "
-         f"factorisation + iteration-1 refit ≈ 3 × factorisation, then "
-         f"{it} iterations × (50 palm4MSA iterations + one pass))", f"> {qk_low:.0f}", it,
-         f"{50 * t_palm + t_ass:.1f}", f"{1e6 * a_qk:.2f}", f"> {qk_low / t_km:.0f}"],
+        ["KMeans(K).fit, measured", f"{km['total']:.1f}", km["it"],
+         f"{km['iter_s'] / km['it']:.2f}", "–", f"{1e6 * a_km:.2f}", "1.000", "1.00"],
+        ["QKMeans(K).fit, measured", f"{qk['total']:.1f}", qk["it"],
+         f"{qk['assign'] / qk['it']:.2f}",
+         f"{init_qk:.1f} + {qk['palm']:.1f} ({qk['palm_its']} palm4MSA iterations)",
+         f"{1e6 * a_qk:.2f}", f"{qk['inertia'] / km['inertia']:.4f}",
+         f"{qk['total'] / km['total']:.2f}"],
     ]
-    print(markdown_table(["what", "seconds", "iterations", "s / iteration",
-                          "assignment µs / row", "÷ KMeans"], rows))
-    print(f"\none palm4MSA iteration (K = D = 1024, s = 5, Q = 10, adaptive step): "
-          f"{t_palm:.2f} s; one QK-means assignment pass: {t_ass:.2f} s; "
-          f"one K-means iteration: {t_km_iter:.2f} s")
-    if a_km > a_qk:
-        n_star = (f_low - t_seed + it * 50 * t_palm) / (it * (a_km - a_qk))  # seeding shared
-        print(f"crossover (extrapolated, same number of iterations {it} for both): QKMeans.fit "
-              f"faster than KMeans.fit for N > {n_star:,.0f} = (3 × factorisation + "
-              f"{it} × 50 × {t_palm:.2f} s) / ({it} × ({1e6 * a_km:.2f} − {1e6 * a_qk:.2f}) µs)")
+    print(markdown_table(["what", "seconds", "Lloyd iterations", "pass s / iteration",
+                          "init + palm4MSA refits s", "pass µs / row-iteration",
+                          "objective ÷ KMeans", "time ÷ KMeans"], rows))
+    for n in (100_000, 1_000_000):
+        t_km = fixed_km + n * a_km * km["it"]
+        t_qk = fixed_qk + n * a_qk * qk["it"]
+        print(f"\nextrapolated to N = {n:,} (fixed parts as measured, passes linear in N, "
+              f"the measured iteration counts): KMeans {t_km:.0f} s, QKMeans {t_qk:.0f} s, "
+              f"ratio {t_qk / t_km:.2f}", end="")
+    gain = a_km * km["it"] - a_qk * qk["it"]
+    if gain > 0:
+        print(f"\ncrossover (extrapolated as above): QKMeans.fit faster than KMeans.fit for "
+              f"N > {(fixed_qk - fixed_km) / gain:,.0f}")
     else:
-        print("crossover: none — the factored assignment per row is not cheaper than "
-              "K-means's dense one here")
-    print("objective ratio at the defaults: not measured (the default fit does not finish "
-          "in the time this machine allows)")
+        print("\ncrossover: none — QK-means's passes over the rows (its iterations × its "
+              "per-row cost) are not cheaper than K-means's here")
 
 
 # ----------------------------------------------------------------------------- (6)
@@ -353,7 +327,7 @@ def defaults(a):
 # residual rule and adaptive step in the global runs
 INIT_VARIANTS = {
     "fixed": dict(n_iter=300, tol=0.0, split_tol=0.0),
-    "previous": dict(n_iter=300),
+    "previous": dict(n_iter=300, split_tol=1e-3, tol=1e-4),
     "AS": dict(n_iter=300, split_adaptive_step=True),
     "AS-L100": dict(n_iter=300, split_adaptive_step=True, n_iter_last=100),
     "AS-L150": dict(n_iter=300, split_adaptive_step=True, n_iter_last=150),
@@ -397,48 +371,67 @@ def _init_variant(K, name, q):
         res = hierarchical_palm4msa(
             C, cons, residual_constraints=default_residual_constraints(cons, rule="geometric"),
             adaptive_step=True, **INIT_VARIANTS[name])
-    q.put((name, K, time.perf_counter() - t0, res.errors[-1] / np.linalg.norm(C),
-           " ".join(runs)))
+    row = (name, K, time.perf_counter() - t0, res.errors[-1] / np.linalg.norm(C), " ".join(runs))
+    if os.environ.get("BENCH_QK_INIT_LOG"):  # each row as it ends, for runs cut short
+        with open(os.environ["BENCH_QK_INIT_LOG"], "a") as f:
+            f.write(repr(row) + "\n")
+    q.put(row)
 
 
-def init_factorisation(a):
-    """The hierarchical initial factorisation: settings side by side (parallel
-    single-threaded processes, each stopped after ``--init-budget`` s)."""
-    import multiprocessing as mp
+class _InitJobs:
+    """The part (6) processes: started (forked) before any other part runs, so they
+    run side by side with it; :meth:`report` waits for them and prints the table."""
 
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    jobs = [(K, name) for K in a.init_k for name in a.init_variants]
-    print(f"\n## (6) Hierarchical initial factorisation of K upsampled-digits rows, K = D, "
-          f"s = 5 (one process per row, {a.init_jobs} at a time, stopped after "
-          f"{a.init_budget:.0f} s)\n", flush=True)
-    rows, pending = [], list(jobs)
-    running = []
-    while pending or running:
-        while pending and len(running) < a.init_jobs:
-            K, name = pending.pop(0)
-            proc = ctx.Process(target=_init_variant, args=(K, name, q))
+    def __init__(self, a):
+        import multiprocessing as mp
+
+        self.a = a
+        self.ctx = mp.get_context("fork")
+        self.q = self.ctx.Queue()
+        jobs = [(K, name) for K in a.init_k for name in a.init_variants]
+        self.skipped = [(K, name) for K, name in jobs
+                        if name == "fixed" and K > a.fixed_max_k]
+        self.pending = [j for j in jobs if j not in self.skipped]
+        self.running, self.rows = [], []
+        self._start()
+
+    def _start(self):
+        while self.pending and len(self.running) < self.a.init_jobs:
+            K, name = self.pending.pop(0)
+            proc = self.ctx.Process(target=_init_variant, args=(K, name, self.q))
             proc.start()
-            running.append((proc, K, name, time.perf_counter()))
-        time.sleep(1)
-        for item in list(running):
-            proc, K, name, t0 = item
-            if not proc.is_alive():
-                running.remove(item)
-            elif time.perf_counter() - t0 > a.init_budget:
-                proc.terminate()
-                proc.join()
-                running.remove(item)
-                rows.append((name, K, None, None, "stopped"))
-        while not q.empty():
-            rows.append(q.get())
-    while not q.empty():
-        rows.append(q.get())
-    rows.sort(key=lambda r: (r[1], a.init_variants.index(r[0])))
-    table = [[K, name, f"{t:.0f}" if t is not None else f"> {a.init_budget:.0f}",
-              f"{e:.4f}" if e is not None else "–", runs] for name, K, t, e, runs in rows]
-    print(markdown_table(["K = D", "setting", "seconds", "relative error",
-                          "runs (factors:iterations:seconds)"], table), flush=True)
+            self.running.append((proc, K, name, time.perf_counter()))
+
+    def report(self):
+        a = self.a
+        while self.pending or self.running:
+            self._start()
+            time.sleep(1)
+            for item in list(self.running):
+                proc, K, name, t0 = item
+                if not proc.is_alive():
+                    self.running.remove(item)
+                elif time.perf_counter() - t0 > a.init_budget:
+                    proc.terminate()
+                    proc.join()
+                    self.running.remove(item)
+                    self.rows.append((name, K, None, None, "stopped"))
+            while not self.q.empty():
+                self.rows.append(self.q.get())
+        while not self.q.empty():
+            self.rows.append(self.q.get())
+        print(f"\n## (6) Hierarchical initial factorisation of K upsampled-digits rows, K = D, "
+              f"s = 5 (one single-threaded process per row, {a.init_jobs} at a time, stopped "
+              f"after {a.init_budget:.0f} s)\n", flush=True)
+        rows = sorted(self.rows + [(n, K, None, None, "not run") for K, n in self.skipped],
+                      key=lambda r: (r[1], a.init_variants.index(r[0])))
+        table = []
+        for name, K, t, e, runs in rows:
+            secs = (f"{t:.0f}" if t is not None else "not run" if runs == "not run"
+                    else f"> {a.init_budget:.0f} (stopped)")
+            table.append([K, name, secs, f"{e:.4f}" if e is not None else "–", runs])
+        print(markdown_table(["K = D", "setting", "seconds", "relative error",
+                              "runs (factors:iterations:seconds)"], table), flush=True)
 
 
 def minibatch(a):
@@ -485,12 +478,15 @@ def main(argv=None):
     p.add_argument("--train-palm-iter", type=int, default=2)
     p.add_argument("--default-rows", type=int, default=20_000,
                    help="rows of upsampled digits for part (4)")
+    p.add_argument("--default-k", type=int, default=1024, help="n_clusters of part (4)")
     p.add_argument("--init-budget", type=float, default=600.0,
                    help="seconds allowed to the default initial factorisation in part (4)")
     p.add_argument("--init-k", type=int, nargs="*", default=[512, 1024])
     p.add_argument("--init-variants", nargs="*", default=["previous", "default"],
                    choices=list(INIT_VARIANTS))
     p.add_argument("--init-jobs", type=int, default=2)
+    p.add_argument("--fixed-max-k", type=int, default=512,
+                   help="largest K at which the 'fixed' init variant is run (hours beyond)")
     p.add_argument("--refit-every", type=int, nargs="*", default=[1, 5, 10, 25])
     add_markdown_option(p)
     a = p.parse_args(argv)
@@ -509,6 +505,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     if "end-to-end" in a.parts:
         end_to_end(a)
+    jobs = _InitJobs(a) if "init" in a.parts else None  # forked first, run alongside
     with capture_stdout() as out:
         if "inference" in a.parts:
             inference(a)
@@ -518,8 +515,8 @@ def main(argv=None):
             defaults(a)
         if "minibatch" in a.parts:
             minibatch(a)
-        if "init" in a.parts:
-            init_factorisation(a)
+        if jobs is not None:
+            jobs.report()
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if a.markdown:
         write_page("qkmeans", "QuicK-means: inference, defaults at K = D = 1024, mini-batch",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -30,12 +30,25 @@ _INIT_FACTORIZATION = {"hierarchical", "palm4msa"}
 _VARIANTS = {"dqkm", "paper"}
 
 
-def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False):
+# The progress budget of QK-means's initial factorisation (relative-error improvement
+# per iteration; palm_iter_init stays the cap): splits and the global runs of levels
+# 1 … Q−2 stop at _SPLIT_TOL, the last global run at _LAST_TOL.  The Lloyd iterations
+# refit the factors anyway (benchmarks/bench_qkmeans.py parts 4 and 6 measure it).
+_SPLIT_TOL = 3e-3
+_LAST_TOL = 1e-3
+_FIT_BUDGET = dict(split_tol=_SPLIT_TOL, tol=_LAST_TOL)
+# factorize_centroids, the hierarchical refits and an init followed by them
+_FULL_BUDGET = dict(split_tol=1e-3, tol=1e-4)
+
+
+def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False, budget="fit"):
     """Hierarchical palm4MSA as QK-means runs it: adaptive step in the global runs
     and the geometric residual rule (both in docs/ALGORITHMS.md, with the objective
-    ratios they buy on digits).  ``paper``: the published settings — plain PALM
-    (step 1/c, no safeguard), the product residual rule, ``n_iter`` iterations
-    per run without early stop."""
+    ratios they buy on digits); every run stops on progress under the cap ``n_iter``
+    (``budget="fit"``: QK-means's ``_SPLIT_TOL`` / ``_LAST_TOL``; ``"full"``: the
+    kernel's tighter defaults, for :func:`factorize_centroids`).  ``paper``: the
+    published settings — plain PALM (step 1/c, no safeguard), the product residual
+    rule, ``n_iter`` iterations per run without early stop."""
     from ..kernels import default_residual_constraints, hierarchical_palm4msa
 
     if paper:
@@ -44,19 +57,21 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False):
                                      n_iter=n_iter, tol=0.0, split_tol=0.0,
                                      fixed_left=fixed_left, safeguard=False)
     residuals = default_residual_constraints(constraints, rule="geometric")
+    stops = _FIT_BUDGET if budget == "fit" else _FULL_BUDGET
     return hierarchical_palm4msa(A, constraints, residual_constraints=residuals, n_iter=n_iter,
-                                 fixed_left=fixed_left, adaptive_step=True)
+                                 fixed_left=fixed_left, adaptive_step=True, **stops)
 
 
-def _palm(A, constraints, *, n_iter, init=None, fixed_left=None, paper=False):
-    """palm4MSA as QK-means runs it: the adaptive step (docs/ALGORITHMS.md);
-    ``paper``: plain PALM (step 1/c, no safeguard), ``n_iter`` iterations."""
+def _palm(A, constraints, *, n_iter, init=None, fixed_left=None, paper=False, tol=1e-6):
+    """palm4MSA as QK-means runs it: the adaptive step (docs/ALGORITHMS.md), stopped
+    when an iteration improves the error by at most ``tol`` relatively (cap
+    ``n_iter``); ``paper``: plain PALM (step 1/c, no safeguard), ``n_iter`` iterations."""
     from ..kernels import palm4msa
 
     if paper:
         return palm4msa(A, constraints, n_iter=n_iter, tol=0.0, init=init,
                         fixed_left=fixed_left, safeguard=False)
-    return palm4msa(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
+    return palm4msa(A, constraints, n_iter=n_iter, tol=tol, init=init, fixed_left=fixed_left,
                     adaptive_step=True)
 
 
@@ -93,19 +108,20 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left, n_iter_un
     in the weighted error).
     """
     warm = _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
-    fresh = _hierarchical(A, constraints, n_iter=n_iter, fixed_left=fixed_left)
+    fresh = _hierarchical(A, constraints, n_iter=n_iter, fixed_left=fixed_left, budget="full")
     best = fresh if fresh.errors[-1] < warm.errors[-1] else warm
     w = np.asarray(fixed_left, dtype=np.float64)
     U = init.toarray().astype(np.float64)
     nz = w > 0
     U[nz] = A[nz] / w[nz, None]
     plain = _hierarchical(U, constraints, n_iter=n_iter if n_iter_unweighted is None
-                          else n_iter_unweighted)
+                          else n_iter_unweighted, budget="full")
     polished = _palm(A, constraints, n_iter=n_iter, init=plain.factors, fixed_left=w)
     return polished if polished.errors[-1] < best.errors[-1] else best
 
 
-def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm"):
+def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm",
+                tol=1e-6):
     """The refit of Lloyd iteration ``iteration`` (from 1):
     :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``,
     warm-started palm4MSA after (``variant="paper"``: plain warm-started
@@ -120,18 +136,19 @@ def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant=
             return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
                                          fixed_left=fixed_left,
                                          n_iter_unweighted=n_iter_unweighted)
-        return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
+        return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left, tol=tol)
     return solve
 
 
-def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None, variant="dqkm"):
+def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None, variant="dqkm",
+                  tol=1e-6):
     """The solvers of iterations ``start_iter + 1, start_iter + 2, …``, one per
     call (see :func:`_solver_for`)."""
     iteration = [start_iter]
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
         iteration[0] += 1
-        return _solver_for(iteration[0], hierarchical_refits, n_iter_unweighted, variant)(
+        return _solver_for(iteration[0], hierarchical_refits, n_iter_unweighted, variant, tol)(
             A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left)
 
     return solve
@@ -169,7 +186,8 @@ class _QKMeansAlgorithm(LloydAlgorithm):
         return qkmeans_step(X, state, iteration, self.constraints,
                             palm4msa=_solver_for(iteration, self.estimator.hierarchical_refits,
                                                  self.estimator.palm_iter_init,
-                                                 self.estimator.variant),
+                                                 self.estimator.variant,
+                                                 self.estimator.palm_tol),
                             tol=self.tol, tol_abs=tol_abs,
                             palm_iter=self.estimator.palm_iter, split_every=self.split_every,
                             sample_weight=self.weights(X))
@@ -211,10 +229,19 @@ class QKMeans(KMeans):
         How the initial centroids are factorised: hierarchical palm4MSA (as
         the paper) or plain palm4MSA from its default start.
     palm_iter : int, default=50
-        palm4MSA iterations per Lloyd iteration (warm-started); see
-        docs/BENCHMARKS.md for the trade-off that chose it.
+        Cap on the palm4MSA iterations per Lloyd iteration (warm-started from
+        the previous factors); the run stops earlier on ``palm_tol``.
     palm_iter_init : int, default=300
-        palm4MSA iterations of the initial factorisation.
+        Cap on the palm4MSA iterations of every run of the initial
+        factorisation (each run stops earlier on progress; see Notes).
+    palm_tol : float, default=1e-06
+        A warm-started refit stops after the first palm4MSA iteration that
+        lowers its error ‖A − D_√n·V‖ by at most ``palm_tol`` relatively
+        (``palm_iter`` caps it); the later Lloyd iterations move the centroids
+        little, so with e.g. 1e-3 their refits stop after a few iterations
+        (measured at K = 256 with ``hierarchical_refits=0``: the objective
+        ended 1.42 × K-means's, so the default stays at palm4MSA's own
+        1e-6).  0: every refit runs ``palm_iter`` iterations.
     hierarchical_refits : int, default=1
         In Lloyd iterations ``1 … hierarchical_refits``, the factors are
         refitted to ``D_√n·U`` three ways — palm4MSA warm-started from the
@@ -226,11 +253,10 @@ class QKMeans(KMeans):
         is kept, so the objective stays non-increasing; later iterations use
         the warm start only.  0: warm-started palm4MSA only — but with dqkm's
         safeguarded adaptive step, not Algorithm 1 as published (that is
-        ``variant="paper"``).  Such an iteration
-        costs about ``2(Q − 1)(palm_iter + palm_iter_init)`` palm4MSA
-        iterations, about as much as the initial factorisation.  The first
-        iteration matters most: its target moved far from the k-means++
-        centroids the init factorised.  ``hierarchical_refits >= max_iter``
+        ``variant="paper"``).  Its two hierarchical runs cost several
+        initial factorisations (docs/algorithms/qkmeans.md);
+        the first iteration gains most (its target moved far from the
+        k-means++ centroids the init factorised).  ``hierarchical_refits >= max_iter``
         refits in every iteration: on digits (K = 10, s = 5) QK-means then
         ends below K-means + palm4MSA on average (the journal's Table 3; on 5
         of 5 seeds of the reproduction's 80 % splits, on 3 of 5 on the whole
@@ -262,13 +288,17 @@ class QKMeans(KMeans):
     neither collapses to 0 nor drifts unconstrained.
 
     Defaults and their cost: the initial factorisation is hierarchical
-    palm4MSA, ``palm_iter_init`` iterations at most per run, the runs of levels
-    before the last stopping when an iteration improves the error by less
-    than 0.1 % (``split_tol``) — about ``Σ_l (iterations of level l)·(l + 1)``
+    palm4MSA, ``palm_iter_init`` iterations at most per run; the 2-factor
+    splits and the global runs of levels before the last stop after the
+    first iteration that improves their error by at most 0.1 %, the last
+    global run at 0.01 % (with ``hierarchical_refits=0``: 0.3 % and 0.1 %) — about ``Σ_l (iterations of level l)·(l + 1)``
     factor updates; each factor update costs ``O(Q·s·A·B)`` through the sparse
-    factors (A = min(K, D), B = max(K, D)).  ``hierarchical_refits=1`` runs
-    the three refits in iteration 1 (about twice the initial factorisation);
-    later iterations run ``palm_iter`` warm-started iterations.
+    factors (A = min(K, D), B = max(K, D)).  Every Lloyd iteration then runs
+    warm-started palm4MSA until it improves by at most ``palm_tol``
+    (``palm_iter`` at most).  ``hierarchical_refits=k`` adds the three refits
+    in iterations 1 … k, each about twice an initial factorisation with the
+    tighter budget of :func:`factorize_centroids`, which the initial
+    factorisation then uses too.
 
     Attributes
     ----------
@@ -310,13 +340,14 @@ class QKMeans(KMeans):
         "init_factorization": [Options(str, _INIT_FACTORIZATION)],
         "palm_iter": [Interval(Integral, 1, None, closed="left")],
         "palm_iter_init": [Interval(Integral, 1, None, closed="left")],
+        "palm_tol": [Interval(Real, 0, None, closed="left")],
         "hierarchical_refits": [Interval(Integral, 0, None, closed="left")],
         "variant": [Options(str, _VARIANTS)],
     }
 
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
-                 hierarchical_refits=1, variant="dqkm", max_iter=300, tol=1e-4,
+                 palm_tol=1e-6, hierarchical_refits=1, variant="dqkm", max_iter=300, tol=1e-4,
                  random_state=None, persist="auto", split_every=None,
                  n_init="auto", oversampling_factor=2.0, init_max_iter=None, verbose=0):
         super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
@@ -328,6 +359,7 @@ class QKMeans(KMeans):
         self.init_factorization = init_factorization
         self.palm_iter = palm_iter
         self.palm_iter_init = palm_iter_init
+        self.palm_tol = palm_tol
         self.hierarchical_refits = hierarchical_refits
         self.variant = variant
 
@@ -345,7 +377,10 @@ class QKMeans(KMeans):
         A = np.asarray(centers, dtype=np.float64)
         paper = self.variant == "paper"
         if self.init_factorization == "hierarchical":
-            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
+            # hierarchical refits ask for quality over time: the tighter budget throughout
+            budget = "full" if self.hierarchical_refits > 0 else "fit"
+            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper,
+                                 budget=budget).factors
         return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
 
     def _check_extra_params(self, n_features):
@@ -576,4 +611,7 @@ def factorize_centroids(kmeans, sparsity=5, n_factors=None, *, method="hierarchi
     q = proxy._check_qk_params(D)
     from ..kernels import default_constraints
 
-    return proxy._factorize(C, default_constraints(K, D, sparsity=sparsity, n_factors=q))
+    constraints = default_constraints(K, D, sparsity=sparsity, n_factors=q)
+    if method == "hierarchical":
+        return _hierarchical(C, constraints, n_iter=n_iter, budget="full").factors
+    return proxy._factorize(C, constraints)
