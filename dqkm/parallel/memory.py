@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import dask
+import psutil
 
 from ..exceptions import DataError
 from .engine import active_client, scheduler_workers
@@ -85,8 +86,6 @@ def worker_headroom(worker, line=None):
 
 def _process_memory(client) -> dict:
     """Every worker's process memory (RSS) measured now, by address."""
-    import psutil
-
     return client.run(lambda: psutil.Process().memory_info().rss)
 
 
