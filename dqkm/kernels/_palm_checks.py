@@ -8,6 +8,7 @@ from numbers import Real
 import numpy as np
 import scipy.sparse as sp
 
+from ..exceptions import DataError
 from .sparse_factors import SparseFactors
 
 _METHODS = ("factors", "dense")
@@ -24,7 +25,7 @@ def _check_target(A, owner):
     if not (np.issubdtype(A.dtype, np.floating) or np.issubdtype(A.dtype, np.integer)):
         raise TypeError(f"The 'A' parameter of {owner} must be real numeric. Got dtype {A.dtype} instead.")
     if not np.all(np.isfinite(A)):
-        raise ValueError(f"The 'A' parameter of {owner} contains NaN or infinite values.")
+        raise DataError(f"The 'A' parameter of {owner} contains NaN or infinite values.")
     out_dtype = A.dtype if A.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     return np.ascontiguousarray(A, dtype=np.float64), out_dtype
 
@@ -92,7 +93,8 @@ def _initial_factors(init, constraints, lam_init, owner):
                     f"expect {shapes[q]}."
                 )
             if not np.all(np.isfinite(M)):
-                raise ValueError(f"Factor {q} of 'init' ({owner}) contains NaN or infinite values.")
+                raise DataError(f"Factor {q} of 'init' ({owner}) contains NaN or infinite "
+                                "values.")
             mats.append(np.array(M, dtype=np.float64))
     if lam_init is not None:
         lam = float(lam_init)

@@ -49,7 +49,7 @@ from numbers import Integral
 import numpy as np
 from numba import njit
 
-from ..exceptions import InvalidParameterError
+from ..exceptions import DataError, InvalidParameterError
 
 __all__ = ["Sp", "Splin", "Spcol", "Splincol", "Supp", "default_shapes", "default_constraints"]
 
@@ -227,7 +227,7 @@ class _Projection:
                 f"{type(self).__name__} expects a real numeric matrix; got dtype {M.dtype}."
             )
         if not np.all(np.isfinite(M)):
-            raise ValueError(f"{type(self).__name__} got a matrix with NaN or infinite entries.")
+            raise DataError(f"{type(self).__name__} got a matrix with NaN or infinite entries.")
         return M
 
     def support(self, M):

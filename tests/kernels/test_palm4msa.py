@@ -259,3 +259,17 @@ def test_warm_start_from_sparse_factors_object_keeps_product():
     again = palm4msa(A, n_iter=5, tol=0, init=folded)
     assert again.errors[0] == pytest.approx(first.errors[-1], rel=1e-9)
     assert again.errors[-1] <= first.errors[-1] * (1 + 1e-12)
+
+
+def test_non_finite_targets_and_matrices_raise_dqkm_data_error():
+    """palm4MSA's target, its init factors and a projection's input with NaN raise the
+    one non-finite error type of dqkm (DataError, a ValueError), as every pass does."""
+    from dqkm.exceptions import DataError
+    from dqkm.kernels import Splin, default_constraints, palm4msa
+
+    A = np.ones((4, 4))
+    A[1, 2] = np.nan
+    with pytest.raises(DataError, match="'A' parameter of palm4msa contains NaN"):
+        palm4msa(A, default_constraints(4, 4, sparsity=2), n_iter=1)
+    with pytest.raises(DataError, match="Splin got a matrix with NaN"):
+        Splin((4, 4), 2)(A)
