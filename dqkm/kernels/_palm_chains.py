@@ -156,19 +156,65 @@ def ftmul(fac, X):
     return out
 
 
-def fsandwich(fac, G, W=None, transposed=False):
-    """``(S·G·Sᵀ, ⟨W, S·G·Sᵀ⟩)`` for a :class:`._factor_apply._Factor` with CSR arrays
-    and a symmetric dense ``G`` (``transposed``: ``Sᵀ·G·S``; ``W`` None: 0).
+@njit(cache=True, nogil=True)
+def sandwich(indptr, indices, data, G, W, out, tile, ld):  # OUT out
+    """``out = S·G·Sᵀ`` (r × r) for CSR ``S`` (r × c) and a symmetric dense ``G``
+    (c × c); returns ``⟨W, out⟩`` (a 0 × 0 ``W``: 0).
 
-    ``Y = S·G`` is a gather; ``Y·Sᵀ`` is formed by the tiled row kernel
-    (``_Factor.times_t``: the transposes stay inside cache-sized tiles), so no
-    transposed copy of ``Y`` is written.
+    Block by block of ``tile`` rows of ``S``: the rows of ``Y = S·G`` are gathered
+    (row-adds of ``G``'s rows), transposed inside a cache-resident buffer, and
+    ``S·Yᵀ`` (row-adds of width ``tile``) is the column block of ``out`` (``S·G·Sᵀ``
+    is symmetric).  Neither ``S·G`` nor a transposed copy of it is written; the same
+    sums in the same order as ``S·(S·G)ᵀ`` by two one-factor products.
     """
+    r = indptr.size - 1
+    c = G.shape[1]
+    cpad = (c + 7) // 8
+    cpad = 8 * (cpad + 1 - cpad % 2)  # an odd number of cache lines: no set conflicts
+    ybuf = np.empty((tile, cpad))  # in the transpose, as for choose_tile's ld
+    tbuf = np.empty((c, ld))
+    mbuf = np.empty((r, ld))
+    withw = W.shape[0] == r
+    tot = 0.0
+    for i0 in range(0, r, tile):
+        t = min(tile, r - i0)
+        _csr_rows_times(ybuf, G, c, indptr, indices, data, i0, 0, t)
+        for j0 in range(0, c, 32):  # the block's transpose, 32 columns at a time
+            for a in range(t):
+                ya = ybuf[a]
+                for j in range(j0, min(j0 + 32, c)):
+                    tbuf[j, a] = ya[j]
+        _csr_rows_times(mbuf, tbuf, t, indptr, indices, data, 0, 0, r)
+        for k in range(r):
+            mk = mbuf[k]
+            ok = out[k]
+            acc = 0.0
+            if withw:
+                wk = W[k]
+                for a in range(t):
+                    ok[i0 + a] = mk[a]
+                    acc += wk[i0 + a] * mk[a]
+                tot += acc
+            else:
+                for a in range(t):
+                    ok[i0 + a] = mk[a]
+    return tot
+
+
+def fsandwich(fac, G, W=None, transposed=False):
+    """``(S·G·Sᵀ, ⟨W, S·G·Sᵀ⟩)`` by :func:`sandwich` (``transposed``: ``Sᵀ·G·S``
+    through ``Sᵀ``'s CSR arrays) for a :class:`._factor_apply._Factor` with CSR arrays."""
     if transposed:
-        M = fac.times(ftmul(fac, G))
+        if fac._t is None:
+            fac._t = _csr_transpose(*fac.csr, fac.dense.shape[1])
+        csr, r = fac._t, fac.dense.shape[1]
     else:
-        M = fac.times_t(fmul(fac, G))
-    return M, (0.0 if W is None else float(np.vdot(W, M)))
+        csr, r = fac.csr, fac.dense.shape[0]
+    out = np.empty((r, r))
+    tile, ld = choose_tile(max(r, G.shape[0]), 8, r)
+    tot = sandwich(*csr, np.ascontiguousarray(G), np.zeros((0, 0)) if W is None else W, out,
+                   tile, ld)
+    return out, float(tot)
 
 
 # --------------------------------------- the Splincol step without dense intermediates

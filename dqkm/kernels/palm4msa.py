@@ -44,10 +44,10 @@ own transposed CSR arrays, never a scatter).  A Splincol candidate
 ``P(S − ∇/c')`` is one fused kernel (``_palm_chains.splincol_step``): the
 row and column top-``s`` of ``|S − ∇/c'|`` with the projection's ties, its CSR
 arrays and its norm, without forming the dense step, a mask or a CSR conversion.
-The objective's quadratic term is ``⟨GL, S·GR·Sᵀ⟩``, with ``S·GR·Sᵀ`` formed as a
-gather and a tiled product (``_palm_chains.fsandwich``: no transposed copy is
-written); ``S·GR·Sᵀ`` is the next right Gram when the candidate is accepted, and
-the left Grams ``GL_{q+1} = S_qᵀ GL_q S_q`` are formed the same way.  For the last
+The objective's quadratic term is ``⟨GL, S·GR·Sᵀ⟩``, formed with ``S·GR·Sᵀ`` by
+one fused kernel (``_palm_chains.sandwich``: no ``S·GR`` or transposed copy is
+written), and ``S·GR·Sᵀ`` is the next right Gram when the candidate is accepted;
+the same kernel forms the left Grams ``GL_{q+1} = S_qᵀ GL_q S_q``.  For the last
 factor the objective is ``‖A − λ L S‖²`` with ``L S`` through the chain where
 that is cheaper, the errors are the product formed right to left through the
 factors, and ``‖L‖₂²``, ``‖R‖₂²`` are power iterations through the chains
