@@ -20,6 +20,28 @@ from dqkm.kernel_approximation import FactorNystroem
 from dqkm.neighbors import ClusterIndex
 
 
+def _race_new_saves(models, path, n=4):
+    """``n`` threads save ``models[i % 2]`` to the new ``path`` with overwrite=False at
+    once: ``(indices of the savers that succeeded, messages of those refused)``."""
+    barrier = threading.Barrier(n)
+    won, refused = [], []
+
+    def save(i):
+        barrier.wait()
+        try:
+            dqkm.save(models[i % 2], path)
+            won.append(i)
+        except FileExistsError as e:
+            refused.append(str(e))
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return won, refused
+
+
 def _data(n, d=3, seed=0):
     return np.random.default_rng(seed).normal(size=(n, d))
 
@@ -91,22 +113,7 @@ def test_racing_new_saves_exactly_one_wins(tmp_path, two_models, ext, renameat2,
         monkeypatch.setattr(_atomic, "_renameat2", None)
     for round_ in range(6):
         path = tmp_path / f"r{round_}{ext}"
-        barrier = threading.Barrier(4)
-        won, refused = [], []
-
-        def save(i):
-            barrier.wait()
-            try:
-                dqkm.save(two_models[i % 2], path)
-                won.append(i)
-            except FileExistsError as e:
-                refused.append(str(e))
-
-        threads = [threading.Thread(target=save, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        won, refused = _race_new_saves(two_models, path)
         assert len(won) == 1 and len(refused) == 3
         assert all("already exists; pass overwrite=True" in r for r in refused)
         assert _same(dqkm.load(path), two_models[won[0] % 2])
@@ -423,22 +430,7 @@ def test_racing_new_saves_to_a_file_url_exactly_one_wins(tmp_path, url_of, two_m
     overwrite=False exactly one succeeds."""
     for round_ in range(3):
         path = url_of("file", f"r{round_}{ext}")
-        barrier = threading.Barrier(4)
-        won, refused = [], []
-
-        def save(i):
-            barrier.wait()
-            try:
-                dqkm.save(two_models[i % 2], path)
-                won.append(i)
-            except FileExistsError as e:
-                refused.append(str(e))
-
-        threads = [threading.Thread(target=save, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        won, refused = _race_new_saves(two_models, path)
         assert len(won) == 1 and len(refused) == 3
         assert _same(dqkm.load(path), two_models[won[0] % 2])
     assert _leftovers(tmp_path) == []
