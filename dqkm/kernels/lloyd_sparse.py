@@ -24,13 +24,40 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from .lloyd import _DIRECT_MAX_D
+
 __all__ = ["as_csr", "lloyd_partials_csr", "assign_labels_csr", "label_moments",
            "merge_label_moments", "csr_row_norms"]
 
 
 @njit(nogil=True, cache=True)
+def _exact_label_csr(data, indices, start, stop, centers64):
+    """The lowest j with the smallest ``‖x − c_j‖²`` summed in float64 in feature
+    order over every feature (zeros included) — the dense kernels' exact distance
+    (:func:`dqkm.kernels.lloyd.exact_sq_dist`) of the CSR row ``data/indices[start:stop]``
+    (canonical: sorted indices, no duplicates)."""
+    best = np.inf
+    arg = -1
+    for j in range(centers64.shape[0]):
+        cj = centers64[j]
+        acc = 0.0
+        p = start
+        for f in range(cj.shape[0]):
+            xf = 0.0
+            if p < stop and indices[p] == f:
+                xf = np.float64(data[p])
+                p += 1
+            u = xf - cj[f]
+            acc += u * u
+        if arg < 0 or acc < best:
+            best = acc
+            arg = j
+    return arg
+
+
+@njit(nogil=True, cache=True)
 def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, argmin_norms, row_norms, sums,
-                    counts, labels, mind, with_sums, round32):  # OUT sums, counts, labels, mind
+                    counts, labels, mind, with_sums, round32, centers64, scale, cmax):  # OUT sums, counts, labels, mind
     n = indptr.shape[0] - 1
     k = ct.shape[1]
     g = np.empty(k, dtype=np.float64)
@@ -43,13 +70,20 @@ def _csr_lloyd_loop(data, indices, indptr, ct, center_norms, argmin_norms, row_n
             for c in range(k):
                 g[c] += v * ct[j, c]
         best = np.inf
+        second = np.inf
         arg = 0
         for c in range(k):
             gc = np.float64(np.float32(g[c])) if round32 else g[c]
             val = argmin_norms[c] - 2.0 * gc
             if val < best:
+                second = best
                 best = val
                 arg = c
+            elif val < second:
+                second = val
+        if scale > 0.0 and np.isfinite(best) and second - best <= scale * (row_norms[i] + cmax):
+            # a near-tie: decided by the exact distance, as the dense kernels decide it
+            arg = _exact_label_csr(data, indices, indptr[i], indptr[i + 1], centers64)
         if round32 and not np.isfinite(best):
             # a product overflowed float32: this row's argmin in float64
             best = np.inf
@@ -103,6 +137,9 @@ def _prepare(X, centers):
     if X.ndim != 2 or centers.ndim != 2 or X.shape[1] != centers.shape[1]:
         raise ValueError(f"X of shape {X.shape} and centers of shape {centers.shape} do not "
                          "share a number of features.")
+    if not X.has_canonical_format:  # the exact distances walk sorted, unique indices
+        X = X.copy()
+        X.sum_duplicates()
     data = X.data if X.data.dtype == dtype else X.data.astype(dtype)
     centers = centers.astype(dtype, copy=False)
     ct = np.ascontiguousarray(centers.T, dtype=np.float64)
@@ -130,8 +167,17 @@ def _run(X, centers, with_sums):
     if round32 and not np.isfinite(argmin_norms).all():
         # ‖c‖² overflows float32 (centers beyond ~1e19): the argmin in float64
         round32, argmin_norms = False, c_norms
+    # Labels exact where the dense kernels' are (float64 X; float32 X up to the direct
+    # kernel's dimension): a row whose two best values are within the rounding bound
+    # of ‖c‖² − 2x·c (both in X's dtype) is decided by the feature-order float64
+    # distance, so CSR and dense chunks give the same labels on near-ties.
+    scale = 0.0
+    if data.dtype == np.float64 or d <= _DIRECT_MAX_D:
+        scale = 16.0 * (d + 4) * np.finfo(data.dtype).eps
+    centers64 = np.ascontiguousarray(centers, dtype=data.dtype).astype(np.float64)
+    cmax = float(c_norms.max()) if c_norms.size else 0.0
     obj = _csr_lloyd_loop(data, indices, indptr, ct, c_norms, argmin_norms, rn, sums, counts,
-                          labels, mind, with_sums, round32)
+                          labels, mind, with_sums, round32, centers64, scale, cmax)
     return sums, counts, float(obj), labels, mind
 
 
