@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._direct import argmin_direct
+from ._direct import _select1, argmin_direct
 
 __all__ = ["exact_sq_dist"]
 
@@ -94,14 +94,7 @@ def _argmin2_columns(G, k, t, half_norms, best, sec, lab, labels, offset):  # OU
         gj = G[j]
         jj = np.int32(j)
         for i in range(t):
-            v = hj - gj[i]
-            b = best[i]
-            sv = sec[i]
-            old = lab[i]
-            m = v < b
-            sec[i] = b if m else (v if v < sv else sv)
-            best[i] = v if m else b
-            lab[i] = jj if m else old
+            _select1(hj - gj[i], i, jj, best, sec, lab)
     for i in range(t):
         labels[offset + i] = lab[i]
 
