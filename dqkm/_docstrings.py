@@ -51,6 +51,10 @@ PIECES = {
     "fitted_qkmeans": """>>> import numpy as np, dqkm
 >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
 >>> qk = dqkm.QKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2, random_state=0).fit(X)""",
+    "fitted_mbqkmeans": """>>> import numpy as np, dqkm
+>>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
+>>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)""",
     "fitted_sekmeans": """>>> import numpy as np, dqkm
 >>> rng = np.random.default_rng(0)
 >>> X = np.vstack([rng.normal(0, 1, (20, 50)), rng.normal(6, 1, (20, 50))])

@@ -14,6 +14,7 @@ from ..parallel.qkmeans import (aligned_weights, assign_factors, batch_partials,
 from ..parallel.stream import iter_blocks
 from .._validation import Interval, check_value
 from .minibatch import MiniBatchKMeans, _MiniBatchAlgorithm, _State
+from .._docstrings import fill_doc
 from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical
 
 __all__ = ["MiniBatchQKMeans"]
@@ -313,26 +314,21 @@ class MiniBatchQKMeans(MiniBatchKMeans):
             self.inertia_ = factor_inertia(Xd, self.factors_, sample_weight=w)
 
     # ------------------------------------------------------------- inference
+    @fill_doc
     def predict(self, X):
         """Nearest centroid of each sample, computed with the sparse factors.
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
-        labels : ndarray or Dask array of shape (n_samples,), int
-            Index of the cluster of each sample.
+        {labels}
 
         Examples
         --------
-        >>> import numpy as np, dqkm
-        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
-        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
-        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        {fitted_mbqkmeans}
         >>> labels = mb.predict(X)
         >>> len(set(labels.tolist())), bool((labels[::10] == mb.labels_[::10]).all())
         (4, True)
@@ -341,14 +337,13 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(assign_factors(Xd, self.factors_), lazy)
 
+    @fill_doc
     def transform(self, X):
         """Euclidean distances to every centroid, computed with the sparse factors.
 
         Parameters
         ----------
-        X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-            NumPy in gives NumPy out; Dask in gives a lazy Dask array aligned with
-            X's row chunks.
+        {X_infer}
 
         Returns
         -------
@@ -357,10 +352,7 @@ class MiniBatchQKMeans(MiniBatchKMeans):
 
         Examples
         --------
-        >>> import numpy as np, dqkm
-        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
-        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
-        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        {fitted_mbqkmeans}
         >>> d = mb.transform(X[:1])
         >>> d.shape, round(float(d.min()), 3)
         ((1, 4), 0.0)
@@ -369,16 +361,14 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         Xd, lazy = self._validate_X(X, reset=False)
         return self._output(factor_distances(Xd, self.factors_), lazy)
 
+    @fill_doc
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the (weighted) QK-means objective of X.
 
         Parameters
         ----------
         X : array-like, Dask array, Zarr array or store path of shape (n_samples, n_features)
-        y : ignored
-        sample_weight : array-like or Dask array of shape (n_samples,), optional
-            Non-negative weight of every row (checked as in ``fit``); None weighs
-            every row 1.
+        {score_y_weights}
 
         Returns
         -------
@@ -388,10 +378,7 @@ class MiniBatchQKMeans(MiniBatchKMeans):
 
         Examples
         --------
-        >>> import numpy as np, dqkm
-        >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
-        >>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
-        ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)
+        {fitted_mbqkmeans}
         >>> bool(mb.score(X) > -1e-6), round(mb.score(X + 1.0), 3)  # 40 rows at squared distance 4
         (True, -160.0)
         """
