@@ -319,33 +319,45 @@ def load_dims(name):
     return X.shape[1]
 
 
-def fmt(v, key):
-    v = np.asarray(v, dtype=float)
+def fmt_stats(mean, std, key):
+    """A table cell: ``mean ± std`` in the format of column ``key``."""
     if key in ("nnz", "flops"):
-        return f"{v.mean():,.0f}" + (f" ± {v.std():,.0f}" if v.std() > 0 else "")
+        return f"{mean:,.0f}" + (f" ± {std:,.0f}" if std > 0 else "")
     if key == "objective":
-        return f"{v.mean():.5g} ± {v.std():.2g}"
+        return f"{mean:.5g} ± {std:.2g}"
     if key == "ratio":
-        return f"{v.mean():.4f} ± {v.std():.4f}"
+        return f"{mean:.4f} ± {std:.4f}"
     if key in ("compression", "fit s"):
-        return f"{v.mean():.2f} ± {v.std():.2f}"
-    return f"{v.mean():.3f} ± {v.std():.3f}"
+        return f"{mean:.2f} ± {std:.2f}"
+    return f"{mean:.3f} ± {std:.3f}"
+
+
+def fmt(v, key):
+    """Mean ± std of the per-seed values ``v`` in the format of column ``key``."""
+    v = np.asarray(v, dtype=float)
+    return fmt_stats(v.mean(), v.std(), key)
+
+
+KEYS = ["objective", "ratio", "AMI", "1-NN acc", "nnz", "flops", "compression", "fit s"]
+HEADS = ["objective (eq. 1)", "÷ K-means", "AMI", "1-NN acc (partition)", "nnz", "flops",
+         "compression", "fit s"]
+
+
+def markdown_table(cells):
+    """A Markdown table from ``{(metric, method): cell text}`` (rows in first-seen order)."""
+    methods = []
+    for (_, m) in cells:
+        if m not in methods:
+            methods.append(m)
+    lines = ["| method | " + " | ".join(HEADS) + " |", "|---" * (len(KEYS) + 1) + "|"]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(cells.get((k, m), "") for k in KEYS) + " |")
+    return "\n".join(lines)
 
 
 def print_table(title, rec, n_seeds):
     print(f"\n### {title} ({n_seeds} seed{'s' if n_seeds > 1 else ''})\n")
-    keys = ["objective", "ratio", "AMI", "1-NN acc", "nnz", "flops", "compression", "fit s"]
-    heads = ["objective (eq. 1)", "÷ K-means", "AMI", "1-NN acc (partition)", "nnz", "flops",
-             "compression", "fit s"]
-    methods = []
-    for (_, m) in rec:
-        if m not in methods:
-            methods.append(m)
-    print("| method | " + " | ".join(heads) + " |")
-    print("|---" * (len(keys) + 1) + "|")
-    for m in methods:
-        cells = [fmt(rec[(k, m)], k) if (k, m) in rec else "" for k in keys]
-        print(f"| {m} | " + " | ".join(cells) + " |")
+    print(markdown_table({k: fmt(v, k[0]) for k, v in rec.items()}))
     sys.stdout.flush()
 
 
