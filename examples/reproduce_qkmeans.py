@@ -291,11 +291,11 @@ def run_case(name, K, a, results, argv, commit=None):
     radius = next((r["method_settings"]["radius"] for r in mine
                    if "radius" in r.get("method_settings", {})), None)
     out = []
+    methods = methods_of(K, load_dims(name), a)
     for seed in range(a.seeds):
         done = {r["key"]["method"]: r for r in mine if r["key"]["seed"] == seed}
-        D = load_dims(name)
-        if set(methods_of(K, D, a)) <= set(done):
-            out += [done[m] for m in methods_of(K, D, a)]
+        if set(methods) <= set(done):
+            out += [done[m] for m in methods]
             continue
         t0 = time.perf_counter()
         values, extra, radius = run_seed(name, K, seed, a, radius)
@@ -361,6 +361,28 @@ def print_table(title, rec, n_seeds):
     sys.stdout.flush()
 
 
+def check_args(p, a):
+    """Refuse bad arguments through ``p.error``; the cases to run (``a.seeds`` filled in)."""
+    for flag in ("seeds", "max_iter", "palm_iter", "palm_iter_init", "blob_max_iter",
+                 "blob_palm_iter", "blob_palm_iter_init", "bisect_steps"):
+        v = getattr(a, flag)
+        if v is not None and v < 1:
+            p.error(f"--{flag.replace('_', '-')} must be a positive integer, got {v}; "
+                    f"pass a value >= 1")
+    if a.hierarchical_refits < 0:
+        p.error(f"--hierarchical-refits must be >= 0, got {a.hierarchical_refits}")
+    if not a.sparsities or min(a.sparsities) < 1:
+        p.error(f"--sparsities must be positive integers, got {a.sparsities}")
+    a.seeds = a.seeds or (2 if a.quick else 5)
+    cases = a.cases or (QUICK if a.quick else FULL)
+    for case in cases:
+        name, _, K = case.partition(":")
+        if name not in (*BUNDLED, "blobs") or not K.isdigit() or int(K) < 2:
+            p.error(f"--cases items are NAME:K with NAME in {', '.join((*BUNDLED, 'blobs'))} "
+                    f"and K >= 2, got {case!r}")
+    return cases
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
@@ -391,23 +413,7 @@ def main(argv=None):
                                       "finished seeds back instead of computing them")
     argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
-    for flag in ("seeds", "max_iter", "palm_iter", "palm_iter_init", "blob_max_iter",
-                 "blob_palm_iter", "blob_palm_iter_init", "bisect_steps"):
-        v = getattr(a, flag)
-        if v is not None and v < 1:
-            p.error(f"--{flag.replace('_', '-')} must be a positive integer, got {v}; "
-                    f"pass a value >= 1")
-    if a.hierarchical_refits < 0:
-        p.error(f"--hierarchical-refits must be >= 0, got {a.hierarchical_refits}")
-    if not a.sparsities or min(a.sparsities) < 1:
-        p.error(f"--sparsities must be positive integers, got {a.sparsities}")
-    a.seeds = a.seeds or (2 if a.quick else 5)
-    cases = a.cases or (QUICK if a.quick else FULL)
-    for case in cases:
-        name, _, K = case.partition(":")
-        if name not in (*BUNDLED, "blobs") or not K.isdigit() or int(K) < 2:
-            p.error(f"--cases items are NAME:K with NAME in {', '.join((*BUNDLED, 'blobs'))} "
-                    f"and K >= 2, got {case!r}")
+    cases = check_args(p, a)
     print(f"dqkm reproduction: seeds 0..{a.seeds - 1}, sparsities {a.sparsities}, bundled data: "
           f"max_iter {a.max_iter}, palm_iter {a.palm_iter}, palm_iter_init {a.palm_iter_init} "
           f"(hierarchical); blobs: max_iter {a.blob_max_iter}, palm_iter {a.blob_palm_iter}, "

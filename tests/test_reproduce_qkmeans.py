@@ -168,3 +168,16 @@ def test_bad_arguments(rep, capsys, args, message):
     with pytest.raises(SystemExit, match="^2$"):
         rep.main(args)
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_every_stored_qkmeans_file_is_rendered_on_the_reproduction_page():
+    page = open(os.path.join(ROOT, "docs", "reproducing", "qkmeans.md"), encoding="utf-8").read()
+    stored = sorted(p for p in os.listdir(os.path.join(ROOT, "docs", "results"))
+                    if p.startswith("qkmeans_") and p.endswith(".json"))
+    assert "qkmeans_defaults.json" in stored
+    for name in stored:
+        assert f"```{{include}} ../results/{name[:-len('.json')]}.md\n```" in page, name
+        records = render._load(os.path.join(ROOT, "docs", "results", name))
+        text = render.render_qkmeans(records)
+        assert text.startswith("Measured by `python examples/reproduce_qkmeans.py ")
+        assert text.count("| K-means |") == len(render.qkmeans_groups(records))
