@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -230,14 +231,14 @@ def git_commit():
                                timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return (commit + ("+modified" if dirty else "")) or None
+    return commit + ("+modified" if dirty else "") if commit else None
 
 
 def provenance(argv, commit):
     """Where and how a record was measured: dqkm version, git commit, date, command, machine."""
     return {"dqkm": dqkm.__version__, "commit": commit,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": "python examples/reproduce_qkmeans.py " + " ".join(argv),
+            "command": shlex.join(["python", "examples/reproduce_qkmeans.py", *argv]),
             "machine": {"cores": os.cpu_count(),
                         "load average": [round(x, 2) for x in os.getloadavg()]},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
