@@ -83,13 +83,16 @@ def _skip_member(app, what, name, obj, skip, options):
 
 
 def _render_results(app):
-    """Render ``docs/results/*.json`` into ``reproducing/results.md`` before reading."""
+    """Render ``docs/results/*.json`` before reading: the applications records into
+    ``reproducing/results.md``, each ``qkmeans_*.json`` into the ``.md`` beside it (which
+    ``reproducing/qkmeans.md`` includes)."""
     sys.path.insert(0, os.path.join(HERE, "results"))
     try:
         import render
     finally:
         sys.path.pop(0)
     render.write_page(os.path.join(HERE, "reproducing", "results.md"))
+    render.write_qkmeans_pages()
 
 
 def _render_gallery(app):

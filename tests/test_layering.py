@@ -480,6 +480,7 @@ SUITE_TESTS = {
     "test_out_of_core_cluster": "fits on data larger than a cluster's memory",
     "test_killed_worker_estimators": "every estimator when a worker dies",
     "test_reproduce_applications": "the applications of the papers",
+    "test_reproduce_qkmeans": "the clustering tables of the papers",
 }
 # Test files not (yet) where the package says, each with its reason.
 KNOWN_MISPLACED_TESTS = {
