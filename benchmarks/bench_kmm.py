@@ -54,7 +54,7 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import dqkm  # noqa: E402
 
 from _report import (add_markdown_option, capture_stdout,  # noqa: E402
-                     machine_header, printed_as_markdown, write_page)
+                     printed_as_markdown, write_page)
 
 NOTES = ("F-KMM (`solver='fast'`) against the original KMM (`solver='svd'`) and scikit-learn "
          'peers on the same data: seconds, ratio, NMI, whether the labels are identical, and '
@@ -298,38 +298,52 @@ def search_table(n=20_000, ms=(100, 300), baseline=None, rounds=2):
               flush=True)
 
 
-SEARCH_HEADING = "## Neighbour search alone"
-
-
-def write_search_section(table):
-    """Replaces the search section of ``docs/benchmarks/kmm.md`` (from
-    :data:`SEARCH_HEADING` on) with ``table`` and its own run header; the page's
-    end-to-end tables, from their own run, are kept above it."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks",
-                        "kmm.md")
-    kept = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            kept = f.read().split("\n" + SEARCH_HEADING)[0].rstrip() + "\n\n"
-    lines = [f"{SEARCH_HEADING}: the compiled kernel against the code before the split", "",
-             *machine_header(), "", SEARCH_NOTES, "", table.strip(), ""]
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(kept + "\n".join(lines))
-    os.replace(tmp, path)
-    print(f"wrote {os.path.relpath(path)}")
-
-
 SEARCH_NOTES = (
     "`nearest_prototypes` on float32 blobs (`search_times` of `benchmarks/bench_kmm.py`): the "
     "first pruned pass, a seeded pass with the previous pass's bound after the prototypes "
-    "moved a little, and the reference that computes every D_E.  The baseline revision's "
-    "`dqkm/` is exported to a temporary directory and timed in its own process by the same "
-    "function, in alternation with the checked-out code; each time is the least, over the "
-    "rounds, of the median of 5 calls.  The ratio uses the CPU time of the calling thread "
-    "(the search runs in it), which a shared machine disturbs far less than the wall time; "
-    "both are printed.  The exact-distance counts must be equal: the search is the same, "
-    "only its code moved.")
+    "moved a little, and the reference that computes every D_E.  The ratio uses the CPU time "
+    "of the calling thread (the search runs in it), which a shared machine disturbs far less "
+    "than the wall time; both are printed.")
+
+SEARCH_BASELINE_NOTES = (
+    "The baseline revision's `dqkm/` is exported to a temporary directory and timed in its own "
+    "process by the same function, in alternation with the checked-out code; each time is "
+    "the least, over the rounds, of the median of 5 calls.  The exact-distance counts must be "
+    "equal: the search is the same, only its code moved.")
+
+#: the last run at full size (n = 100k, with the dense-SVD reference): the commit whose
+#: page held its table, and the commit of the code it measured
+FULL_SIZE_COMMAND = ("OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 python benchmarks/bench_kmm.py "
+                     "--dense-reference")
+FULL_SIZE_PAGE = ("docs/benchmarks/index.md", "5ebfbc7", "9336b9b", "2026-11-24")
+
+LOAD_NOTES = (
+    "The reference's SVD runs on the driver with BLAS on every core "
+    "(`--reference-blas-threads`): of all the timings it suffers most when other processes "
+    "share the cores, so on a loaded machine (see the load average above) its ratio to "
+    "F-KMM is far above an idle machine's; the label columns (\"same\", NMI) do not depend "
+    "on the load.")
+
+
+def page_notes(args):
+    """The prose of the end-to-end page: what is measured, the sizes this run covers and,
+    unless it is the full-size run, where the last full-size table is."""
+    sizes = ("blobs at n = 10k, digits, noisy moons of 2,000 points and the neighbour search "
+             "at n = 10k" if args.quick else
+             "blobs at n = 10k and 100k, digits, noisy moons of 10,000 points and the "
+             "neighbour search at n = 20k")
+    parts = [NOTES, LOAD_NOTES, f"This run covers {sizes}."]
+    if args.quick or not args.dense_reference:
+        path, page_commit, code_commit, date = FULL_SIZE_PAGE
+        parts.append(
+            f"The full-size run, `{FULL_SIZE_COMMAND}`, adds n = 100k with both the ARPACK and "
+            "the dense-SVD reference (the paper's original KMM, several minutes per run); it "
+            "takes longer than a shared 2-core machine allows, and its last table is in git "
+            f"history: `{path}` at commit {page_commit} (measured on the code of commit "
+            f"{code_commit}, {date}).  On that older code, at n = 100k, F-KMM was 70× faster "
+            "than the dense-SVD reference and 5.2× faster than the ARPACK one, with identical "
+            "labels.")
+    return "\n\n".join(parts)
 
 
 def main():
@@ -345,7 +359,8 @@ def main():
                          "original KMM; ~800 MB, several minutes)")
     ap.add_argument("--search", action="store_true",
                     help="only the neighbour-search table (nearest_prototypes, m <= 300); "
-                         "with --markdown it replaces the page's search section only")
+                         "with --markdown it writes its own page, docs/benchmarks/"
+                         "kmm_search.md")
     ap.add_argument("--baseline", nargs="?", const=PRE_SPLIT, default=None, metavar="REV",
                     help="with --search: time the search of git revision REV too (default: "
                          "the code before the K-Multiple-Means split), in alternation")
@@ -356,20 +371,23 @@ def main():
     with capture_stdout() as out:
         _run(args)
     if args.markdown and args.search:
-        write_search_section(printed_as_markdown(out.getvalue(), fenced=False))
+        notes = SEARCH_NOTES + ("\n\n" + SEARCH_BASELINE_NOTES if args.baseline else "")
+        write_page("kmm_search", "K-Multiple-Means: the neighbour search alone",
+                   printed_as_markdown(out.getvalue(), fenced=False), notes=notes)
     elif args.markdown:
-        write_page('kmm', 'K-Multiple-Means: F-KMM against the original KMM',
-                   printed_as_markdown(out.getvalue(), fenced=False),
-                   notes=NOTES)
+        write_page("kmm", "K-Multiple-Means: F-KMM against the original KMM",
+                   printed_as_markdown(out.getvalue(), fenced=False), notes=page_notes(args))
 
 
 def _run(args):
+    if args.search:
+        print(f"bench_kmm --search: BLAS threads {args.blas_threads}, cores {os.cpu_count()}")
+        with threadpool_limits(limits=args.blas_threads, user_api="blas"):
+            return search_table(baseline=args.baseline, rounds=args.rounds)
     print(f"bench_kmm: quick={args.quick}, dense_reference={args.dense_reference}, "
           f"max_iter={args.max_iter}, BLAS threads {args.blas_threads} (reference: "
           f"{args.reference_blas_threads}), cores {os.cpu_count()}")
     with threadpool_limits(limits=args.blas_threads, user_api="blas"):
-        if args.search:
-            return search_table(baseline=args.baseline, rounds=args.rounds)
         Xw, yw = make_blobs(300, 8, centers=3, random_state=0)
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2).fit(Xw)  # numba warm-up
         dqkm.KMultipleMeans(3, random_state=0, max_iter=2, solver="svd").fit(Xw)
