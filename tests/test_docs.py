@@ -9,6 +9,7 @@ import inspect
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -285,6 +286,143 @@ def test_benchmark_page_holds_only_the_latest_table(tmp_path, monkeypatch):
     assert "old table" not in text and "| 1 | 2 |" in text
     assert sorted(os.listdir(tmp_path)) == ["demo.md"]
     assert _report.printed_as_markdown("x  y\n1  2\n", fenced=True) == "```text\nx  y\n1  2\n```\n"
+
+
+BENCHMARK_PAGES = os.path.join(DOCS, "benchmarks")
+#: the lines :func:`_report.machine_header` writes, in order (the command's group: the script)
+HEADER_LINES = (
+    r"- machine: \S+, \d+ CPU cores, .*",
+    r"- BLAS: \S.*",
+    r"- Python \d+\.\d+\.\d+\S*; .*",
+    r"- run: \d{4}-\d\d-\d\d \d\d:\d\d UTC; load average (?:[\d.]+ / [\d.]+ / [\d.]+|unknown) "
+    r"\(1 / 5 / 15 min; the machine may be shared\)",
+    r"- command: `(?:\w+=\S* )*(?:\S*python\S* )?benchmarks/(bench_\w+)\.py(?: [^`]*)?`")
+#: a fenced code block's opening line and its info string (```{toctree} is a directive)
+FENCE = re.compile(r"^(```+|~~~+)\s*(\S*)")
+
+
+def _code_blocks(lines):
+    """``[(line number, info string)]`` of the fenced blocks that are not directives."""
+    blocks, fence = [], None
+    for i, line in enumerate(lines, 1):
+        m = FENCE.match(line)
+        if fence is None and m:
+            fence = m.group(1)
+            if not m.group(2).startswith("{"):
+                blocks.append((i, m.group(2)))
+        elif fence is not None and line.strip() == fence:
+            fence = None
+    return blocks
+
+
+def benchmark_page_problems(name, text, scripts=os.path.join(ROOT, "benchmarks")):
+    """What in the page ``name`` (``docs/benchmarks/<name>``) was not written by
+    ``benchmarks/_report.py``'s ``write_page``: the index holds no machine header and
+    only directives and command blocks; every other page opens with its title and the
+    one header of ``machine_header``, whose command names a ``benchmarks/*.py`` script
+    that writes this page, and holds a code block only where that script prints its
+    table verbatim (``fenced=True``, one block)."""
+    lines = text.splitlines()
+    commands = [i for i, line in enumerate(lines, 1) if line.startswith("- command:")]
+    blocks = _code_blocks(lines)
+    if name == "index.md":
+        return ([f"index.md:{i}: a machine header" for i in commands]
+                + [f"index.md:{i}: a code block of pasted output (```{info})"
+                   for i, info in blocks if info not in ("bash", "sh")])
+    problems = []
+    if len(commands) != 1:
+        problems.append(f"{name}: {len(commands)} machine headers ('- command:' lines at "
+                        f"{commands}), expected the one write_page writes")
+    if len(lines) < 8 or not lines[0].startswith("# ") or lines[1] or lines[7]:
+        return problems + [f"{name}: does not open with '# title', a blank line, the "
+                           "5 lines of _report.machine_header and a blank line"]
+    for pattern, line in zip(HEADER_LINES, lines[2:7]):
+        if not re.fullmatch(pattern, line):
+            problems.append(f"{name}: header line not written by _report.machine_header: "
+                            f"{line!r}")
+    m = re.fullmatch(HEADER_LINES[-1], lines[6])
+    source = ""
+    if m:
+        path = os.path.join(scripts, m.group(1) + ".py")
+        source = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+        if not re.search(r"write_page\(\s*['\"]%s['\"]" % re.escape(name[:-3]), source):
+            problems.append(f"{name}: its command names benchmarks/{m.group(1)}.py, which "
+                            f"does not write this page (write_page({name[:-3]!r}, ...))")
+    allowed = 1 if "fenced=True" in source else 0
+    problems += [f"{name}:{i}: a code block of pasted output (```{info}); a page holds "
+                 "the table its script writes" for i, info in blocks[allowed:]]
+    return problems
+
+
+def test_benchmark_pages_hold_one_header_written_by_report():
+    """Every page under docs/benchmarks/ is its script's latest ``--markdown`` run: one
+    machine header, written by ``_report.machine_header``, whose command names the
+    ``benchmarks/*.py`` script that writes the page; no pasted output elsewhere."""
+    problems = []
+    for name in sorted(os.listdir(BENCHMARK_PAGES)):
+        if name.endswith(".md"):
+            with open(os.path.join(BENCHMARK_PAGES, name), encoding="utf-8") as f:
+                problems += benchmark_page_problems(name, f.read())
+    assert not problems, "benchmark pages not written by their script:\n" + "\n".join(problems)
+
+
+def test_benchmark_page_check_accepts_write_page_and_refuses_hand_edits(tmp_path, monkeypatch):
+    import _report
+
+    monkeypatch.setattr(_report, "PAGES", str(tmp_path))
+    path = _report.write_page("kmm", "K-Multiple-Means", "| a |\n|---|\n| 1 |",
+                              notes="What is measured.",
+                              command="benchmarks/bench_kmm.py --quick --markdown")
+    page = open(path, encoding="utf-8").read()
+    assert benchmark_page_problems("kmm.md", page) == []
+    # two runs joined by hand: a second header below the first
+    joined = page + "\n## Another run\n\n" + "\n".join(_report.machine_header(
+        "benchmarks/bench_kmm.py --search --markdown")) + "\n"
+    assert any("2 machine headers" in p for p in benchmark_page_problems("kmm.md", joined))
+    # a note added by hand to the run line
+    noted = page.replace("(1 / 5 / 15 min; the machine may be shared)", "about 20 (busy)")
+    assert any("header line not written by _report.machine_header: '- run:" in p
+               for p in benchmark_page_problems("kmm.md", noted))
+    # pasted output in a code block, on a page whose script does not write one
+    pasted = page + "\n```\nbench_kmm: quick=False\n| x |\n```\n"
+    assert any("a code block of pasted output" in p
+               for p in benchmark_page_problems("kmm.md", pasted))
+    # a command that names no script, or a script that does not write this page
+    for command, found in (("make bench", "header line not written"),
+                           ("benchmarks/bench_sekmeans.py", "does not write this page")):
+        other = page.replace("benchmarks/bench_kmm.py --quick --markdown", command)
+        assert any(found in p for p in benchmark_page_problems("kmm.md", other)), command
+    index = "# Benchmarks\n\n```bash\nmake bench\n```\n\n```{toctree}\n*\n```\n"
+    assert benchmark_page_problems("index.md", index) == []
+    assert benchmark_page_problems("index.md", index + "\n```text\n| 1 |\n```\n") == [
+        "index.md:11: a code block of pasted output (```text)"]
+
+
+def _git_show(commit, path):
+    done = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True,
+                          text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("script, row", [
+    ("bench_kmm", "| dqkm KMM reference, dense SVD      |    164.25 |   70.0x |"),
+    ("bench_sekmeans", "| 256 | 0.084 | 1.505 | 0.261 | 17.9× |")], ids=["kmm", "sekmeans"])
+def test_full_size_table_named_on_a_page_is_in_git_history(script, row):
+    """A page whose run is smaller than the script's full size names the commit and file
+    that hold the last full-size table; that file at that commit holds it."""
+    bench = importlib.import_module(script)
+    path, page_commit, code_commit, _ = bench.FULL_SIZE_PAGE
+    if subprocess.run(["git", "cat-file", "-e", f"{page_commit}^{{commit}}"], cwd=ROOT,
+                      capture_output=True).returncode != 0:
+        pytest.skip(f"commit {page_commit} is not in this checkout's history (a shallow "
+                    "clone); the check needs it")
+    text = _git_show(page_commit, path)
+    assert text is not None and row in text, f"{path} at {page_commit}"
+    assert _git_show(code_commit, "dqkm/__init__.py") is not None, code_commit
+    with open(os.path.join(BENCHMARK_PAGES, script[len("bench_"):] + ".md"),
+              encoding="utf-8") as f:
+        page = f.read()
+    assert f"`{path}` at commit {page_commit}" in page
 
 
 def test_gallery_page_shows_the_script_and_what_it_printed(tmp_path):

@@ -1,5 +1,6 @@
 """examples/reproduce_applications.py: the stored results it resumes from, its N/A rule and
-its argument checks (the script itself is run at full size by hand; see docs/BENCHMARKS.md)."""
+its argument checks (the script itself is run at full size by hand; see
+docs/reproducing/applications.md)."""
 
 import importlib.util
 import json
