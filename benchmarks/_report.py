@@ -3,7 +3,12 @@
 Every benchmark prints its table and, with ``--markdown``, replaces its own page
 ``docs/benchmarks/<name>.md`` with that table under a header naming the machine
 (CPU cores, BLAS, library versions), the date and the exact command. The page
-holds only the latest run; history lives in git.
+holds only the latest run; history lives in git. A script with two kinds of run
+writes one page per kind (``bench_kmm.py``: ``kmm`` and, with ``--search``,
+``kmm_search``). What a reader needs to know about a run (what is measured, the
+sizes it covers, where an older full-size table is) goes into ``notes``: a page is
+never edited by hand, and ``tests/test_docs.py`` checks that every page holds the
+one header :func:`machine_header` writes.
 
 Usage in a benchmark::
 

@@ -17,6 +17,9 @@ docs/ALGORITHMS.md) and the eigenpairs computed vs the naive count
     .venv/bin/python benchmarks/bench_kmm.py --search   # the neighbour search alone (m <= 300)
     .venv/bin/python benchmarks/bench_kmm.py --search --baseline   # ... beside the pre-split code
 
+With ``--markdown`` an end-to-end run writes ``docs/benchmarks/kmm.md`` and a
+``--search`` run ``docs/benchmarks/kmm_search.md``.
+
 The reference's SVD of S̃ (``svd_algorithm``): at n = 10k and on digits the
 default ('auto') is the dense LAPACK SVD, the paper's original KMM.  At n = 100k
 the reference runs with ARPACK ('arpack', sparse S̃) and, with
