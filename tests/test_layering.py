@@ -329,9 +329,10 @@ KNOWN_UUID_KEYS = {
     ("dqkm.parallel.neighbors", "__init__"):
         "an in-memory InvertedIndex's identity (its __dask_tokenize__): hashing its rows "
         "would cost a pass over them",
-    ("dqkm.parallel.bounds", "_pass"):
-        "the pass writes the next generation of the bounds' side files (a fresh key per "
-        "pass, as pure=False); file owned by the bounds work of this round",
+    ("dqkm.parallel.engine", "_pass_name"):
+        "pure=False passes and tasks (they write files, read files that change between "
+        "calls, or update their state in place): a fresh key per call, as dask gives a "
+        "pure=False task; the bounds' passes and the KMM checkpoint rows use it",
 }
 
 
@@ -402,12 +403,9 @@ KNOWN_FUNCTION_IMPORTS = {
     ("dqkm.neighbors", "dqkm.exceptions"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "dqkm.parallel.neighbors"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "scipy.sparse"): "no cycle: can move up (file owned by mem)",
-    ("dqkm.parallel.bounds", "dask.task_spec"): "can move up (file owned by bounds)",
     ("dqkm.parallel.bounds", "dqkm.kernels.lloyd"):
         "imports a private name (_DIRECT_MAX_D); can move up (file owned by bounds)",
     ("dqkm.parallel.embedding", "dqkm.parallel.lloyd"): "no cycle: can move up (owned by mem)",
-    ("dqkm.parallel.engine", "threadpoolctl"): "can move up (threadpoolctl comes with "
-                                               "scikit-learn)",
     ("dqkm.data.row_state", "zarr"): "can move up (file owned by bounds)",
     ("dqkm.data.row_state", "dask"): "can move up (file owned by bounds)",
     ("dqkm.kernels.sparse_factors", "numba"): "can move up (file owned by palm)",
