@@ -174,10 +174,9 @@ def _tree_tasks(layer: dict, keys: list, combine: Callable, split_every: int,
 def _graph(layer: dict, name: str, deps: list) -> HighLevelGraph:
     """``layer`` on top of the graphs of ``deps`` (each distinct graph once: the
     blocks of one array share theirs)."""
-    seen: set = set()
-    unique = [d for d in deps if not (id(d.__dask_graph__()) in seen
-                                      or seen.add(id(d.__dask_graph__())))]
-    return HighLevelGraph.from_collections(name, layer, dependencies=unique)
+    graphs = [d.__dask_graph__() for d in deps]  # held: their ids stay theirs
+    one = {id(g): d for g, d in zip(graphs, deps)}
+    return HighLevelGraph.from_collections(name, layer, dependencies=list(one.values()))
 
 
 def _delayed_from_layer(layer: dict, key: Any, name: str, deps: list) -> Delayed:
