@@ -321,17 +321,13 @@ KNOWN_UUID_KEYS = {
     ("dqkm.parallel.data", "_row_views"):
         "the blocks are views of a NumPy array: tokenize would hash the data, the very "
         "cost the views avoid, and the memory's address cannot name the data",
-    ("dqkm.parallel.kmm", "run_on_row_blocks"):
-        "the task acts (writes checkpoint files): a fresh key per call, as dask gives "
-        "a pure=False task",
-    ("dqkm.parallel.kmm", "persist_row_blocks"):
-        "the task reads files that change between calls: a fresh key per call (pure=False)",
     ("dqkm.parallel.neighbors", "__init__"):
         "an in-memory InvertedIndex's identity (its __dask_tokenize__): hashing its rows "
         "would cost a pass over them",
-    ("dqkm.parallel.bounds", "_pass"):
-        "the pass writes the next generation of the bounds' side files (a fresh key per "
-        "pass, as pure=False); file owned by the bounds work of this round",
+    ("dqkm.parallel.engine", "_pass_name"):
+        "pure=False passes and tasks (they write files, read files that change between "
+        "calls, or update their state in place): a fresh key per call, as dask gives a "
+        "pure=False task; the bounds' passes and the KMM checkpoint rows use it",
 }
 
 
@@ -359,10 +355,71 @@ def test_graph_keys_are_tokenized_not_uuid4():
         "dask.base.tokenize of the task's inputs (or give the reason here)")
 
 
+def test_every_listed_uuid4_key_is_still_there():
+    """A reason kept for a uuid4 key that no longer exists would hide a new one there."""
+    found = {(m, f) for m, tree in TREES.items() if m.startswith("dqkm.parallel")
+             for f in _uuid_calls(tree)}
+    assert set(KNOWN_UUID_KEYS) - found == set()
+
+
 def test_the_uuid_check_sees_a_uuid4_key():
     tree = ast.parse("import uuid\ndef f():\n    def g():\n        return uuid.uuid4().hex\n"
                      "    return g\ndef h():\n    return 1\n")
     assert _uuid_calls(tree) == {"g"}
+
+
+# ------------------------------------------------------------------ graph building
+# Dask graphs are built one way: by the helpers of dqkm.parallel.engine (task_spec
+# tasks in a HighLevelGraph layer).  Elsewhere, code uses dask's collections (dask.array
+# functions, ``to_delayed``, ``persist``, ``compute``) but builds no graph by hand.
+GRAPH_MODULES = ("dask.delayed", "dask.highlevelgraph", "dask.task_spec")
+GRAPH_BUILDERS = {"dqkm.parallel.engine"}
+# Other modules that may use them, each with its reason.  Keep it empty.
+KNOWN_GRAPH_BUILDERS: dict[str, str] = {}
+
+
+def _graph_uses(tree):
+    """The graph-building modules of dask one module imports or reaches as attributes
+    (``import dask.delayed``, ``from dask.task_spec import Task``, ``from dask import
+    delayed``, ``dask.delayed(...)``), and ``da.Array(graph, ...)`` calls (an array
+    made from a hand-built dict), sorted."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "Array" and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id in ("da", "array"):
+            found.add("dask.highlevelgraph.<da.Array from a graph>")
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            found.add(f"{node.value.id}.{node.attr}")
+    return sorted(m for m in found if m.split(".")[0] == "dask" and any(
+        m == g or m.startswith(g + ".") for g in GRAPH_MODULES))
+
+
+def test_graphs_are_built_only_by_the_engine():
+    found = {m: uses for m, tree in TREES.items() if m not in GRAPH_BUILDERS
+             for uses in [_graph_uses(tree)] if uses}
+    unexplained = {m: u for m, u in found.items() if m not in KNOWN_GRAPH_BUILDERS}
+    assert unexplained == {}, (
+        "modules that build Dask graphs outside dqkm.parallel.engine (use its helpers: "
+        f"map_blocks_reduce, map_blocks_with_state, map_tasks, array_from_tasks, ...): "
+        f"{unexplained}")
+
+
+def test_the_graph_check_sees_every_way_of_reaching_dask_graphs():
+    code = ("import dask\nimport dask.highlevelgraph\nfrom dask.task_spec import Task\n"
+            "from dask import delayed\nfrom dask.base import tokenize\nimport dask.array as da\n"
+            "def f(x):\n    return dask.delayed(len)(x), da.ones(3).to_delayed()\n"
+            "y = da.Array({('y', 0): 1}, 'y', ((1,),), dtype=int)\n")
+    assert _graph_uses(ast.parse(code)) == [
+        "dask.delayed", "dask.highlevelgraph", "dask.highlevelgraph.<da.Array from a graph>",
+        "dask.task_spec", "dask.task_spec.Task"]
+    assert _graph_uses(ast.parse("import dask.array as da\nfrom dask.base import tokenize\n"
+                                 "x = da.ones(3).persist()\n")) == []
 
 
 # ------------------------------------------------------------ function-level imports
@@ -402,12 +459,9 @@ KNOWN_FUNCTION_IMPORTS = {
     ("dqkm.neighbors", "dqkm.exceptions"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "dqkm.parallel.neighbors"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "scipy.sparse"): "no cycle: can move up (file owned by mem)",
-    ("dqkm.parallel.bounds", "dask.task_spec"): "can move up (file owned by bounds)",
     ("dqkm.parallel.bounds", "dqkm.kernels.lloyd"):
         "imports a private name (_DIRECT_MAX_D); can move up (file owned by bounds)",
     ("dqkm.parallel.embedding", "dqkm.parallel.lloyd"): "no cycle: can move up (owned by mem)",
-    ("dqkm.parallel.engine", "threadpoolctl"): "can move up (threadpoolctl comes with "
-                                               "scikit-learn)",
     ("dqkm.data.row_state", "zarr"): "can move up (file owned by bounds)",
     ("dqkm.data.row_state", "dask"): "can move up (file owned by bounds)",
     ("dqkm.kernels.sparse_factors", "numba"): "can move up (file owned by palm)",

@@ -36,22 +36,18 @@ outward (12 and ``8 + 4 K`` bytes).
 
 from __future__ import annotations
 
-import operator
 import time
-import uuid
 
 import dask
 import numpy as np
 import scipy.sparse as sp
-from dask.delayed import Delayed
-from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import Task, TaskRef
 
 from ..data.row_state import (create_generation, create_state_directory, read_block_state,
                               remove_block_states, remove_generation, remove_state_directory,
                               write_block_state)
 from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
-from .engine import _tree_tasks, active_client, broadcast, compute
+from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
+                     map_blocks_with_state)
 from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
@@ -64,12 +60,7 @@ BOUNDED_ALGORITHMS = ("hamerly", "elkan")
 def held_in_memory(X) -> bool:
     """Whether X's blocks are held in memory (a persisted array: its graph is its
     blocks' values or futures, no task that reads a store)."""
-    from dask.task_spec import GraphNode
-
-    graph = dict(X.__dask_graph__())
-    n_blocks = int(np.prod(X.numblocks))
-    return len(graph) == n_blocks and not any(
-        isinstance(v, GraphNode) and not hasattr(v, "value") for v in graph.values())
+    return blocks_held_in_memory(X)
 
 
 # 'auto' prunes from this many products n_features × n_clusters on (below, the Lloyd
@@ -195,10 +186,6 @@ def _combine(parts):
     return out
 
 
-def _bundle(res, *states):
-    return res, list(states)
-
-
 def _alive(block_state):
     """The persisted state of a block, or None if a worker lost it (the block is
     then recomputed by a full scan rather than by re-running earlier passes)."""
@@ -309,42 +296,25 @@ class BoundedPasses:
                 "read": self.generation if sidecar and self.has_files else None,
                 "write": self.generation + 1}
         client = active_client()
-        name = f"dqkm-bounds-{uuid.uuid4().hex[:12]}"
-        layer, deps, parts, states = {}, [self.xblocks[0], geom], [], []
-        for i, (xb, wb) in enumerate(zip(self.xblocks, self.wblocks)):
-            prev = None if sidecar else self.blocks[i]
-            if prev is not None and client is not None:  # a persisted result on a worker
-                prev = _alive(prev)
-                if prev is not None:
-                    deps.append(prev)
-                    prev = TaskRef(prev.key)
-            if wb is not None:
-                deps.append(wb)
-                wb = TaskRef(wb.key)
-            k = f"{name}-{i}"
-            layer[k] = Task(k, _bounded_chunk, TaskRef(xb.key), prev, TaskRef(geom.key), wb,
-                            spec, i, int(self.offsets[i]))
-            layer[f"{k}-state"] = Task(f"{k}-state", operator.getitem, TaskRef(k), 0)
-            layer[f"{k}-part"] = Task(f"{k}-part", operator.getitem, TaskRef(k), 1)
-            states.append(f"{k}-state")
-            parts.append(f"{k}-part")
-        root = _tree_tasks(layer, parts, _combine, self.split_every, f"{name}-combine")
-        out = f"{name}-out"  # local threads: result and states in one collection (one
-        if not sidecar and client is None:  # collection's overhead, not n_blocks + 1)
-            layer[out] = Task(out, _bundle, TaskRef(root), *(TaskRef(k) for k in states))
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
-        red = Delayed(root, graph, layer=name)
+        prev = [None] * len(self.blocks) if sidecar else list(self.blocks)
+        if client is not None:  # persisted results on the workers, or None if one was lost
+            prev = [_alive(p) for p in prev]
+        # not a pure function of its inputs (it writes the next generation's side files,
+        # Elkan updates its state in place): fresh keys per pass
+        bp = map_blocks_with_state(self.X, _bounded_chunk, _combine, split_every=self.split_every,
+                                   args=(PerBlock(prev), geom, PerBlock(self.wblocks), spec),
+                                   with_offsets=True, name="bounds", pure=False)
         if sidecar:
             self.written.add(self.generation + 1)
             width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
             create_generation(self.directory, self.generation + 1, self.X.chunks[0], width,
                               "float32")
-            (res,) = compute(red)
+            (res,) = compute(bp.result)
             self._advance_files()
-        elif client is None:  # local threads: the blocks' states stay in this process
-            ((res, self.blocks),) = compute(Delayed(out, graph, layer=name))
+        elif client is None:  # local threads: the blocks' states stay in this process, and
+            ((res, self.blocks),) = compute(bp.together)  # one collection's overhead
         else:  # on the workers, next to the blocks that computed them
-            persisted = dask.persist(*(Delayed(k, graph, layer=name) for k in states), red)
+            persisted = dask.persist(*bp.states, bp.result)
             self.blocks = list(persisted[:-1])
             (res,) = compute(persisted[-1])
         return res

@@ -26,6 +26,7 @@ from ..data.csr import check_sparse, sparse_to_dask
 from ..data.execute import active_client
 from ..data.inputs import is_dask_frame, is_xarray, lazy_input, load_array
 from ..data.zarr_reader import from_zarr
+from .engine import array_from_blocks
 
 __all__ = ["auto_row_chunks", "check_known_chunks", "to_dask", "as_dask_array",
            "SMALL_RECHUNK_BYTES", "SCATTER_BYTES"]
@@ -49,8 +50,8 @@ def _row_views(X: np.ndarray, chunks) -> da.Array:
     # values later, so it cannot name the data either.
     name = f"dqkm-rows-{uuid.uuid4().hex}"
     bounds = np.concatenate([[0], np.cumsum(rows[0])])
-    dsk = {(name, i, 0): X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))}
-    return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
+    views = [X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))]
+    return array_from_blocks(views, rows, X.dtype, name=name, meta=X[:0])
 
 
 def _scattered_rows(X: np.ndarray, chunks, client) -> da.Array:
@@ -66,8 +67,7 @@ def _scattered_rows(X: np.ndarray, chunks, client) -> da.Array:
     futures = client.scatter([X[bounds[i]:bounds[i + 1]] for i in range(len(rows[0]))],
                              hash=False)
     name = f"dqkm-scattered-{tokenize([f.key for f in futures])}"  # hash=False: unique keys
-    dsk = {(name, i, 0): f for i, f in enumerate(futures)}
-    return da.Array(dsk, name, chunks=rows, dtype=X.dtype, meta=X[:0])
+    return array_from_blocks(futures, rows, X.dtype, name=name, meta=X[:0])
 
 
 def to_dask(X, chunks=None, *, copy=True) -> da.Array:

@@ -7,17 +7,21 @@
    ``⌈log_split_every(n_chunks)⌉``, never a linear chain);
 4. one ``compute`` per pass brings the aggregate back to the driver.
 
-This module is the only place, with its siblings in :mod:`dqkm.parallel`, that
-builds Dask graphs.  It holds no algorithm of its own.
+This module is the only place in dqkm that builds Dask graphs by hand: every
+pass, per-block task and hand-made array of :mod:`dqkm.parallel` comes from its
+helpers (``dask.task_spec`` tasks in one ``HighLevelGraph`` layer, keys from
+``dask.base.tokenize`` of the inputs, or fresh per call for a task that is not a
+pure function of them).  It holds no algorithm of its own.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
-import sys
+import operator
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -27,16 +31,22 @@ import psutil
 from dask.base import tokenize
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import List, Task, TaskRef
+from dask.task_spec import GraphNode, List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
                             scheduler_workers, show_progress, wait_watched)
+from .blas import _CONTROLLER, blas_limit_context, driver_blas, one_blas_thread  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_SPLIT_EVERY",
+    "BlockPass",
+    "PerBlock",
     "active_client",
+    "array_from_blocks",
+    "array_from_tasks",
+    "blocks_held_in_memory",
     "block_offsets",
     "block_sources",
     "driver_blas",
@@ -46,6 +56,8 @@ __all__ = [
     "compute_settled",
     "cpu_count",
     "map_blocks_reduce",
+    "map_blocks_with_state",
+    "map_tasks",
     "map_rows",
     "maybe_persist",
     "release_persisted",
@@ -55,53 +67,6 @@ __all__ = [
 ]
 
 DEFAULT_SPLIT_EVERY = 8
-
-def _blas_limit_context():
-    """Limit BLAS to one thread while local threads run the blocks.
-
-    The threaded scheduler runs ``num_workers`` blocks at once in this
-    process; letting each block's GEMM spawn its own BLAS threads on top of
-    that oversubscribes the cores, and the kernels' GEMMs are small (a tile of
-    rows), so extra BLAS threads would not help even with a single block —
-    they only spin.  A distributed worker's nanny already sets
-    ``OMP/OPENBLAS/MKL_NUM_THREADS=1`` in its processes.
-    """
-    if active_client() is not None:
-        return contextlib.nullcontext()
-    return one_blas_thread()
-
-
-_CONTROLLER = {"n_modules": -1, "controller": None}
-
-
-def one_blas_thread():
-    """A context manager limiting the loaded BLAS libraries to one thread.
-
-    ``threadpoolctl.threadpool_limits`` scans the process's shared libraries
-    on every call (3–4 ms here, as much as a whole Lloyd pass on small data);
-    the scan is kept in a ``ThreadpoolController`` and redone only when new
-    modules were imported since (which may have loaded another BLAS).
-    """
-    from threadpoolctl import ThreadpoolController
-
-    if _CONTROLLER["n_modules"] != len(sys.modules):
-        _CONTROLLER["controller"] = ThreadpoolController()
-        _CONTROLLER["n_modules"] = len(sys.modules)
-    return _CONTROLLER["controller"].limit(limits=1, user_api="blas")
-
-
-def driver_blas():
-    """One BLAS thread for the driver's small dense algebra (k-means++ on a
-    sample or on the k-means‖ candidates).
-
-    Its GEMMs are thin (a few rows against the candidates), where extra BLAS
-    threads gain little, and a multi-threaded OpenBLAS spin-waits when the
-    cores are busy: on a loaded 2-core machine the k-means‖ reduction took
-    10× longer with the default threads (docs/BENCHMARKS.md, sparse-embedded
-    K-means).  scikit-learn's own OpenMP threads are left as they are.
-    """
-    return one_blas_thread()
-
 
 class SchedulerLostError(RuntimeError):
     """The connection to the Dask scheduler was lost during a pass."""
@@ -146,7 +111,7 @@ def compute(*objs):
             raise SchedulerLostError(
                 f"lost the connection to the Dask scheduler {client.scheduler.address} "
                 f"during a pass ({type(e).__name__}: {e}).") from e
-    with _blas_limit_context(), local_progress():
+    with blas_limit_context(), local_progress():
         return dask.compute(*objs)
 
 
@@ -206,9 +171,16 @@ def _tree_tasks(layer: dict, keys: list, combine: Callable, split_every: int,
     return keys[0]
 
 
+def _graph(layer: dict, name: str, deps: list) -> HighLevelGraph:
+    """``layer`` on top of the graphs of ``deps`` (each distinct graph once: the
+    blocks of one array share theirs)."""
+    graphs = [d.__dask_graph__() for d in deps]  # held: their ids stay theirs
+    one = {id(g): d for g, d in zip(graphs, deps)}
+    return HighLevelGraph.from_collections(name, layer, dependencies=list(one.values()))
+
+
 def _delayed_from_layer(layer: dict, key: Any, name: str, deps: list) -> Delayed:
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
-    return Delayed(key, graph, layer=name)
+    return Delayed(key, _graph(layer, name, deps), layer=name)
 
 
 def tree_reduce(parts: list, combine: Callable, split_every: int = DEFAULT_SPLIT_EVERY,
@@ -248,7 +220,8 @@ def map_blocks_reduce(
         Returns a small partial result (e.g. K×D sums).
     combine : callable ``combine(list_of_partials) -> partial``
     aggregate : callable ``aggregate(partial) -> result``, optional
-    args : broadcast objects (from :func:`broadcast`) or small constants
+    args : broadcast objects (from :func:`broadcast`), small constants, or
+        :class:`PerBlock` lists (element ``i`` goes to block ``i``'s task)
     with_offsets : if True, ``chunk`` also receives the block index and the
         global row offset of the block (for per-block seeds and row ids).
 
@@ -257,35 +230,194 @@ def map_blocks_reduce(
     Delayed
         Compute it (with :func:`compute`) to get the aggregate.
     """
-    split_every = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
-    blocks = _row_blocks(X)
-    offsets = block_offsets(X.chunks[0])
-    for a in args:
-        if dask.is_dask_collection(a) and not isinstance(a, Delayed):
-            raise TypeError(f"map_blocks_reduce takes broadcast (Delayed) state or plain "
-                            f"constants as args; got a {type(a).__name__}. Wrap it with "
-                            "broadcast() after computing it.")
-    states = [a for a in args if isinstance(a, Delayed)]
     layer_name = f"dqkm-{name}-" + tokenize(X.name, chunk, combine, aggregate, args,
                                             split_every, with_offsets)
-    # broadcast state by reference (one key), small constants inline, as delayed does
-    task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
-    sources = block_sources(blocks, _block_nbytes(X))
-    layer: dict = {}
-    parts = []
-    for i, src in enumerate(sources):
-        extra = (i, int(offsets[i])) if with_offsets else ()
-        k = f"{layer_name}-{i}"
-        layer[k] = Task(k, chunk, src, *task_args, *extra)
-        parts.append(k)
-    out = _tree_tasks(layer, parts, combine, split_every, f"{layer_name}-combine")
+    layer, deps, parts = _block_tasks(X, chunk, args, with_offsets, layer_name)
+    out = _tree_tasks(layer, parts, combine, _fan_in(split_every), f"{layer_name}-combine")
     if aggregate is not None:
         k = f"{layer_name}-aggregate"
         layer[k] = Task(k, aggregate, TaskRef(out))
         out = k
+    return _delayed_from_layer(layer, out, layer_name, deps)
+
+
+def _fan_in(split_every) -> int:
+    return DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
+
+
+class PerBlock:
+    """An argument of a blockwise pass that differs per row block: element ``i``
+    goes to the task of block ``i`` (a block's kept state, its weights, its rows
+    of another array).  An element that is a ``Delayed`` (a persisted result, a
+    block of another Dask array) is referred to by its key; any other element is
+    put in the task as it is (None, a small array)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def __dask_tokenize__(self):
+        return ("dqkm-per-block", [v.key if isinstance(v, Delayed) else v for v in self.values])
+
+
+def _task_arg(value, deps: list):
+    """``value`` as a task argument: a ``Delayed`` by reference (its graph joins
+    ``deps``), a plain constant inline."""
+    if isinstance(value, Delayed):
+        deps.append(value)
+        return TaskRef(value.key)
+    if dask.is_dask_collection(value):
+        raise TypeError(f"a blockwise pass takes broadcast (Delayed) state or plain constants "
+                        f"(or PerBlock lists of them) as args; got a {type(value).__name__}. "
+                        "Wrap it with broadcast() after computing it.")
+    return value
+
+
+def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: bool,
+                 layer_name: str):
+    """One task ``chunk(block, *args[, i, offset])`` per row block of X, each block's
+    read inlined in it (:func:`block_sources`): ``(layer, deps, keys)``."""
+    blocks = _row_blocks(X)
+    offsets = block_offsets(X.chunks[0])
+    for a in args:
+        if isinstance(a, PerBlock) and len(a.values) != len(blocks):
+            raise ValueError(f"a PerBlock argument has {len(a.values)} elements for "
+                             f"{len(blocks)} row blocks of X; give one per block.")
+    deps: list = []
+    shared = [None if isinstance(a, PerBlock) else _task_arg(a, deps) for a in args]
+    sources = block_sources(blocks, _block_nbytes(X))
+    layer: dict = {}
+    keys = []
+    for i, src in enumerate(sources):
+        extra = (i, int(offsets[i])) if with_offsets else ()
+        task_args = [_task_arg(a.values[i], deps) if isinstance(a, PerBlock) else s
+                     for a, s in zip(args, shared)]
+        k = f"{layer_name}-{i}"
+        layer[k] = Task(k, chunk, src, *task_args, *extra)
+        keys.append(k)
     # the blocks share X's graph: one of them brings it in (unless nothing of it is left)
-    shared = blocks[:1] if any(isinstance(s, TaskRef) or s.dependencies for s in sources) else []
-    return _delayed_from_layer(layer, out, layer_name, shared + states)
+    if any(isinstance(s, TaskRef) or s.dependencies for s in sources):
+        deps.insert(0, blocks[0])
+    return layer, deps, keys
+
+
+@dataclass(frozen=True)
+class BlockPass:
+    """The lazy outputs of :func:`map_blocks_with_state`, one graph for all three.
+
+    Attributes
+    ----------
+    result : Delayed
+        The tree-reduced partial results.
+    states : list of Delayed
+        Each block's new state (persist them to keep them beside their blocks).
+    together : Delayed
+        ``(result, [state of each block])`` as one key: one collection to compute
+        when the states are to come back to this process.
+    """
+
+    result: Delayed
+    states: list
+    together: Delayed
+
+
+def _pass_name(name: str, pure: bool, *inputs) -> str:
+    """A pass's layer name: tokenize of its inputs, or, for a task that is not a pure
+    function of them (it writes files, reads files that change, updates its state
+    in place), a fresh name per call, as ``dask.delayed(pure=False)`` gives."""
+    return f"dqkm-{name}-" + (tokenize(*inputs) if pure else uuid.uuid4().hex)
+
+
+def map_blocks_with_state(X: da.Array, chunk: Callable, combine: Callable, *, args: Sequence = (),
+                          split_every: int | None = None, with_offsets: bool = False,
+                          name: str = "pass", pure: bool = True) -> BlockPass:
+    """One pass over X whose blocks each carry a state to the next pass.
+
+    ``chunk(block, *args[, block_index, row_offset])`` returns ``(new_state,
+    partial)``; the partials are tree-reduced by ``combine`` (fan-in
+    ``split_every``) as in :func:`map_blocks_reduce`.  The previous states are
+    passed in ``args`` as a :class:`PerBlock` list (persisted ``Delayed`` results,
+    plain values or None).  With ``pure=False`` the keys are fresh per call
+    (see :func:`_pass_name`).
+    """
+    layer_name = _pass_name(name, pure, X.name, chunk, combine, args, split_every, with_offsets)
+    layer, deps, keys = _block_tasks(X, chunk, args, with_offsets, layer_name)
+    states, parts = [], []
+    for k in keys:
+        layer[f"{k}-state"] = Task(f"{k}-state", operator.getitem, TaskRef(k), 0)
+        layer[f"{k}-part"] = Task(f"{k}-part", operator.getitem, TaskRef(k), 1)
+        states.append(f"{k}-state")
+        parts.append(f"{k}-part")
+    root = _tree_tasks(layer, parts, combine, _fan_in(split_every), f"{layer_name}-combine")
+    both = f"{layer_name}-together"
+    layer[both] = Task(both, _result_and_states, TaskRef(root), *(TaskRef(k) for k in states))
+    graph = _graph(layer, layer_name, deps)
+    return BlockPass(Delayed(root, graph, layer=layer_name),
+                     [Delayed(k, graph, layer=layer_name) for k in states],
+                     Delayed(both, graph, layer=layer_name))
+
+
+def _result_and_states(result, *states):
+    return result, list(states)
+
+
+def map_tasks(func: Callable, args: Sequence[Sequence], *, name: str,
+              pure: bool = True) -> list:
+    """One task ``func(*args[i])`` for each ``i``, as a list of ``Delayed``.
+
+    A ``Delayed`` argument (e.g. a block's persisted state) is referred to by its
+    key, so each task runs where that result is.  With ``pure=False`` the keys
+    are fresh per call (see :func:`_pass_name`).
+    """
+    layer_name = _pass_name(name, pure, func, [list(a) for a in args])
+    layer, deps = _call_tasks(func, args, layer_name, lambda i: f"{layer_name}-{i}")
+    graph = _graph(layer, layer_name, deps)
+    return [Delayed(k, graph, layer=layer_name) for k in layer]
+
+
+def _call_tasks(func, args, layer_name, key_of):
+    layer: dict = {}
+    deps: list = []
+    for i, a in enumerate(args):
+        k = key_of(i)
+        layer[k] = Task(k, func, *(_task_arg(v, deps) for v in a))
+    return layer, deps
+
+
+def _block_key(name: str, i: int, chunks) -> tuple:
+    return (name, i) if len(chunks) == 1 else (name, i, 0)
+
+
+def array_from_tasks(func: Callable, args: Sequence[Sequence], chunks, dtype, *, name: str,
+                     meta=None) -> da.Array:
+    """A Dask array chunked along rows whose block ``i`` is ``func(*args[i])``.
+
+    ``chunks`` is ``(row_chunks,)`` or ``(row_chunks, (n_columns,))``; a
+    ``Delayed`` argument is referred to by its key.  The name is ``tokenize``
+    of the function, the arguments and the layout.
+    """
+    chunks = tuple(tuple(int(c) for c in cs) for cs in chunks)
+    layer_name = f"dqkm-{name}-" + tokenize(func, [list(a) for a in args], chunks, dtype)
+    layer, deps = _call_tasks(func, args, layer_name,
+                              lambda i: _block_key(layer_name, i, chunks))
+    return da.Array(_graph(layer, layer_name, deps), layer_name, chunks, dtype=dtype, meta=meta)
+
+
+def array_from_blocks(blocks: Sequence, chunks, dtype, *, name: str, meta=None) -> da.Array:
+    """A Dask array chunked along rows whose block ``i`` is ``blocks[i]`` itself: an
+    in-memory array or a distributed ``Future`` of one.  ``name`` must be unique
+    to these blocks (the caller documents how it is made)."""
+    graph = {_block_key(name, i, chunks): b for i, b in enumerate(blocks)}
+    return da.Array(graph, name, chunks, dtype=dtype, meta=meta)
+
+
+def blocks_held_in_memory(X: da.Array) -> bool:
+    """Whether X's graph is its blocks' values or futures (a persisted array), with
+    no task that reads or computes a block."""
+    graph = dict(X.__dask_graph__())
+    return len(graph) == int(np.prod(X.numblocks)) and not any(
+        isinstance(v, GraphNode) and not hasattr(v, "value") for v in graph.values())
 
 
 #: Blocks of at least this many bytes are produced inside the task that uses them.
@@ -414,7 +546,7 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
         X = client.persist(X)
         wait_watched(client, futures_of(X))
     else:
-        with _blas_limit_context():
+        with blas_limit_context():
             X = X.persist()
     return X, True
 
@@ -455,7 +587,7 @@ def release_persisted(estimator, persisted: bool) -> None:
         done = client.persist(lazy)
         wait_watched(client, futures_of(done))
     else:
-        with _blas_limit_context():
+        with blas_limit_context():
             done = dask.persist(*lazy)
     new = dict(zip(map(id, lazy), done))
     for k in names:

@@ -35,9 +35,7 @@ Algorithms 1–4 and 7.
 from __future__ import annotations
 
 import json
-import operator
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field, replace
 
@@ -45,9 +43,6 @@ import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
-from dask.base import tokenize
-from dask.delayed import delayed
-from dask.highlevelgraph import HighLevelGraph
 from sklearn.exceptions import ConvergenceWarning
 
 from ..data.chunks import describe_row_chunks
@@ -58,7 +53,8 @@ from ..kernels.kmm_spectral import (SVD_ALGORITHMS, ChunkStatistics, block_eigen
 from ..kernels.kmm_step import (EXTRA_KEPT, ChunkPart, PassState, ThetaSums, chunk_field,
                                 chunk_labels, chunk_pass, theta_pass)
 from ..kernels.lloyd import assign_labels
-from .engine import broadcast, compute, map_rows, one_blas_thread, tree_reduce
+from .engine import (PerBlock, array_from_tasks, broadcast, compute, map_blocks_reduce,
+                     map_blocks_with_state, map_rows, map_tasks, one_blas_thread)
 from .finite import raise_nonfinite
 from .kmm_tiles import kmm_memory
 from .memory import check_resident_memory, check_task_memory
@@ -72,21 +68,15 @@ _SQRT_HALF = np.sqrt(0.5)
 def run_on_row_blocks(fn, rows, args, name):
     """``fn(rows[i], args[i])`` for every chunk, on the worker that holds it, in one
     compute: a list of the results (e.g. a checkpoint writer the caller gives)."""
-    # fn acts (writes files): a fresh key per call, as dask gives a pure=False task
-    token = uuid.uuid4().hex[:12]
-    tasks = [delayed(fn, pure=False)(b, a, dask_key_name=f"dqkm-{name}-{token}-{i}")
-             for i, (b, a) in enumerate(zip(rows, args))]
-    return list(compute(*tasks))
+    # fn acts (writes files): fresh keys per call (pure=False)
+    return list(compute(*map_tasks(fn, list(zip(rows, args)), name=name, pure=False)))
 
 
 def persist_row_blocks(fn, args, name):
     """``fn(args[i])`` for every chunk, run and kept on the workers: persisted
     delayed objects (e.g. the rows of S read back by a function the caller gives)."""
-    # fn reads files that change between calls: a fresh key per call (pure=False)
-    token = uuid.uuid4().hex[:12]
-    tasks = [delayed(fn, pure=False)(a, dask_key_name=f"dqkm-{name}-{token}-{i}")
-             for i, a in enumerate(args)]
-    return list(dask.persist(*tasks))
+    # fn reads files that change between calls: fresh keys per call (pure=False)
+    return list(dask.persist(*map_tasks(fn, [(a,) for a in args], name=name, pure=False)))
 
 
 # --------------------------------------------------------------------------- graph level
@@ -95,28 +85,20 @@ class _Passes:
 
     def __init__(self, X, split_every):
         self.X = X
-        self.split_every = split_every
-        self.xblocks = list(np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1))
+        self.split_every = split_every or 8
         self.sizes = [int(s) for s in X.chunks[0]]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
-        self.blocks = [None] * len(self.xblocks)
+        self.blocks = [None] * len(self.sizes)
 
     def run(self, state, U=None):
         """One pass with the :class:`PassState` ``state``: the reduced :class:`ChunkPart`."""
         bstate = broadcast(state, "kmm-state")
-        token = tokenize(bstate.key, self.xblocks, [None if b is None else b.key
-                                                    for b in self.blocks], U)
-        outs, parts = [], []
-        for i, xb in enumerate(self.xblocks):
-            ub = None if U is None else U[self.offsets[i]:self.offsets[i + 1]]
-            o = delayed(chunk_pass, pure=True)(xb, self.blocks[i], ub, bstate,
-                                               dask_key_name=f"dqkm-kmm-{token}-{i}")
-            outs.append(delayed(operator.getitem, pure=True)(
-                o, 0, dask_key_name=f"dqkm-kmm-rows-{token}-{i}"))
-            parts.append(delayed(operator.getitem, pure=True)(
-                o, 1, dask_key_name=f"dqkm-kmm-part-{token}-{i}"))
-        red = tree_reduce(parts, ChunkPart.combine, self.split_every or 8, name="kmm-combine")
-        persisted = dask.persist(*outs, red)
+        ub = [None if U is None else U[self.offsets[i]:self.offsets[i + 1]]
+              for i in range(len(self.sizes))]
+        bp = map_blocks_with_state(self.X, chunk_pass, ChunkPart.combine,
+                                   args=(PerBlock(self.blocks), PerBlock(ub), bstate),
+                                   split_every=self.split_every, name="kmm")
+        persisted = dask.persist(*bp.states, bp.result)
         self.blocks = list(persisted[:-1])
         (res,) = compute(persisted[-1])
         if res.bad:
@@ -125,13 +107,9 @@ class _Passes:
 
     def theta(self, state):
         """θ of Algorithm 7 from one pass."""
-        bstate = broadcast(state, "kmm-theta")
-        token = tokenize(bstate.key, self.xblocks)
-        parts = [delayed(theta_pass, pure=True)(xb, bstate,
-                                                dask_key_name=f"dqkm-kmm-theta-{token}-{i}")
-                 for i, xb in enumerate(self.xblocks)]
-        red = tree_reduce(parts, ThetaSums.combine, self.split_every or 8,
-                          name="kmm-theta-combine")
+        red = map_blocks_reduce(self.X, theta_pass, ThetaSums.combine,
+                                args=(broadcast(state, "kmm-theta"),),
+                                split_every=self.split_every, name="kmm-theta")
         (res,) = compute(red)
         if res.bad:
             raise_nonfinite(res.bad)
@@ -139,8 +117,8 @@ class _Passes:
 
     def gather_S(self, m):
         """The whole n × m matrix S on the driver (the reference solver only)."""
-        rows = compute(*[delayed(chunk_field)(b, "idx") for b in self.blocks],
-                       *[delayed(chunk_field)(b, "w") for b in self.blocks])
+        fields = [(b, f) for f in ("idx", "w") for b in self.blocks]
+        rows = compute(*map_tasks(chunk_field, fields, name="kmm-gather-S"))
         idx = np.concatenate(rows[:len(self.blocks)])
         w = np.concatenate(rows[len(self.blocks):])
         n = idx.shape[0]
@@ -150,14 +128,9 @@ class _Passes:
     def rows(self, fn, *args, dtype, ncols=None):
         """A lazy Dask array built blockwise from the persisted rows of S
         (one block per block of X, empty blocks included)."""
-        name = f"dqkm-kmm-rows-{tokenize(fn, [b.key for b in self.blocks], args, dtype, ncols)}"
-        dsk = {}
-        for i, b in enumerate(self.blocks):
-            key = (name, i) if ncols is None else (name, i, 0)
-            dsk[key] = (fn, b.key, *args)
-        graph = HighLevelGraph.from_collections(name, dsk, dependencies=self.blocks)
         chunks = (tuple(self.sizes),) if ncols is None else (tuple(self.sizes), (ncols,))
-        return da.Array(graph, name, chunks, dtype=dtype)
+        return array_from_tasks(fn, [(b, *args) for b in self.blocks], chunks, dtype,
+                                name="kmm-rows")
 
 
 # --------------------------------------------------------------------------- state

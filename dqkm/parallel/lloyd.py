@@ -14,15 +14,9 @@ from functools import partial
 import numpy as np
 import scipy.sparse as sp
 
-from dask.base import tokenize
-from dask.delayed import Delayed
-from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import Task, TaskRef
-
 from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
-from .engine import (DEFAULT_SPLIT_EVERY, _row_blocks, _tree_tasks, block_offsets, broadcast,
-                     compute, driver_blas, map_blocks_reduce)
+from .engine import PerBlock, broadcast, compute, driver_blas, map_blocks_reduce
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 
 logger = logging.getLogger(__name__)
@@ -161,29 +155,12 @@ def map_reduce_weighted(X, weights, chunk, combine, *, args=(), split_every=None
     if weights is None:
         return map_blocks_reduce(X, chunk, combine, args=(None, *args), split_every=split_every,
                                  with_offsets=True, name=name)
-    blocks = _row_blocks(X)
     if weights.chunks[0] != X.chunks[0]:
         raise ValueError(f"the weights' chunks {weights.chunks[0]} are not X's row chunks "
                          f"{X.chunks[0]}; rechunk them with weights.rechunk((X.chunks[0],)).")
-    wblocks = list(np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1))
-    split_every = DEFAULT_SPLIT_EVERY if split_every is None else int(split_every)
-    offsets = block_offsets(X.chunks[0])
-    states = [a for a in args if isinstance(a, Delayed)]
-    layer_name = f"dqkm-{name}-weighted-" + tokenize(X.name, weights.name, chunk, combine,
-                                                      args, split_every)
-    # broadcast state by reference (one key), small constants inline
-    task_args = [TaskRef(a.key) if isinstance(a, Delayed) else a for a in args]
-    layer, parts = {}, []
-    for i, (xb, wb) in enumerate(zip(blocks, wblocks)):
-        k = f"{layer_name}-{i}"
-        layer[k] = Task(k, chunk, TaskRef(xb.key), TaskRef(wb.key), *task_args, i,
-                        int(offsets[i]))
-        parts.append(k)
-    root = _tree_tasks(layer, parts, combine, split_every, f"{layer_name}-combine")
-    # the blocks share X's (and the weights') graph: one of each brings it in
-    graph = HighLevelGraph.from_collections(layer_name, layer,
-                                            dependencies=blocks[:1] + wblocks[:1] + states)
-    return Delayed(root, graph, layer=layer_name)
+    wblocks = PerBlock(np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1))
+    return map_blocks_reduce(X, chunk, combine, args=(wblocks, *args), split_every=split_every,
+                             with_offsets=True, name=f"{name}-weighted")
 
 
 def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weight=None):

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import time
 
-import dask
 import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
 from ..exceptions import DataError
 from ..kernels.lloyd import partials_from_labels
-from .engine import (DEFAULT_SPLIT_EVERY, active_client, block_offsets, broadcast, compute,
-                     map_blocks_reduce, tree_reduce)
+from .engine import (PerBlock, active_client, block_offsets, broadcast, compute,
+                     map_blocks_reduce)
 from .finite import describe_bad, map_rows_at, raise_bad
 from .lloyd import _inertia_combine, _lloyd_combine, _moments, tolerance_from_moments
 
@@ -242,12 +241,10 @@ def _weighted_moments(block, w):
 def _weighted_reduce(X, w, chunk, combine, args, split_every, name):
     """One pass over the row blocks of X and the aligned blocks of ``w``:
     ``chunk(block, w_block, *args, row_offset)`` tree-reduced by ``combine``."""
-    offsets = block_offsets(X.chunks[0])
-    xs, ws = X.to_delayed().ravel(), w.to_delayed().ravel()
-    parts = [dask.delayed(chunk, pure=True)(xb, wb, *args, int(offsets[i]))
-             for i, (xb, wb) in enumerate(zip(xs, ws))]
-    return tree_reduce(parts, combine, DEFAULT_SPLIT_EVERY if split_every is None
-                       else int(split_every), name=f"{name}-weighted")
+    offsets = PerBlock(int(o) for o in block_offsets(X.chunks[0])[:-1])
+    ws = PerBlock(w.to_delayed().ravel())
+    return map_blocks_reduce(X, chunk, combine, args=(ws, *args, offsets), split_every=split_every,
+                             name=f"{name}-weighted")
 
 
 def qk_pass(X, factors, *, split_every=None, with_moments=False, sample_weight=None):

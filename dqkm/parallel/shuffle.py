@@ -16,15 +16,11 @@ directory, writing and reading) belong to :mod:`dqkm.data.spill`.
 
 from __future__ import annotations
 
-import dask
 import dask.array as da
 import numpy as np
-from dask.delayed import Delayed
-from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import DataNode, List, Task, TaskRef
 
 from ..data.spill import gather_block, remove_spill, spill_block, spill_directory
-from .engine import block_sources, compute_settled
+from .engine import PerBlock, array_from_tasks, compute_settled, map_blocks_reduce
 
 _FAN_IN = 8
 
@@ -54,47 +50,32 @@ def permute_rows(X: da.Array, order, spill, *, out_rows, sq_norms=False):
     # runs[i][j] = where output block j starts in input block i's sorted destinations
     runs = [np.searchsorted(np.sort(dest[in_offsets[i]:in_offsets[i + 1]]), bounds)
             for i in range(X.numblocks[0])]
-    blocks, sq = [], []
+    args = []
     for j in range(len(bounds) - 1):
         pieces = [(i, int(r[j]), int(r[j + 1])) for i, r in enumerate(runs) if r[j + 1] > r[j]]
         n_rows = int(bounds[j + 1] - bounds[j])
-        args = (spill, pieces, n_rows, X.shape[1], X.dtype, int(bounds[j]))
-        task = dask.delayed(gather_block, pure=True)(
-            *args, dask_key_name=f"dqkm-shuffle-gather-{dask.base.tokenize(spill, j)}")
-        blocks.append(da.from_delayed(task, shape=(n_rows, X.shape[1]), dtype=X.dtype))
-        if sq_norms:
-            task = dask.delayed(gather_block, pure=True)(
-                *args, True, dask_key_name=f"dqkm-shuffle-sq-{dask.base.tokenize(spill, j)}")
-            sq.append(da.from_delayed(task, shape=(n_rows,), dtype=np.float64))
-    Xs = da.concatenate(blocks, axis=0)
-    return (Xs, da.concatenate(sq)) if sq_norms else Xs
+        args.append((spill, pieces, n_rows, X.shape[1], X.dtype, int(bounds[j])))
+    rows = tuple(int(a[2]) for a in args)
+    Xs = array_from_tasks(gather_block, args, (rows, (X.shape[1],)), X.dtype,
+                          name="shuffle-gather")
+    if not sq_norms:
+        return Xs
+    return Xs, array_from_tasks(gather_block, [(*a, True) for a in args], (rows,), np.float64,
+                                name="shuffle-sq")
 
 
 def _spill_tasks(X, dest, in_offsets, spill, sq_norms):
     """Phase 1 as one task per input block, the block's read inlined in it
-    (:func:`~dqkm.parallel.engine.block_sources`): a worker holds one block of X
-    per running task, never blocks read ahead of their spill task."""
-    name = f"dqkm-shuffle-spill-{dask.base.tokenize(X.name, dest, spill, sq_norms)}"
-    blocks = list(np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1))
-    layer, keys = {}, []
-    row = X.dtype.itemsize * X.shape[1]
-    sources = block_sources(blocks, [int(r) * row for r in X.chunks[0]])
-    for i, src in enumerate(sources):
-        k = f"{name}-{i}"
-        part = DataNode(None, dest[in_offsets[i]:in_offsets[i + 1]])
-        layer[k] = Task(k, spill_block, src, part, spill, block_id=(i, 0), sq_norms=sq_norms)
-        keys.append(k)
-    level = 0
-    while len(keys) > 1:  # one small result: a tree of no-op joins
-        nxt = []
-        for j in range(0, len(keys), _FAN_IN):
-            k = f"{name}-join-{level}-{j}"
-            layer[k] = Task(k, _join, List(*(TaskRef(x) for x in keys[j:j + _FAN_IN])))
-            nxt.append(k)
-        keys, level = nxt, level + 1
-    deps = blocks[:1] if any(isinstance(s, TaskRef) or s.dependencies for s in sources) else []
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=deps)
-    return Delayed(keys[0], graph, layer=name)
+    (:func:`~dqkm.parallel.engine.map_blocks_reduce`): a worker holds one block of X
+    per running task, never blocks read ahead of their spill task.  Their small
+    results are joined by a tree of fan-in 8."""
+    parts = PerBlock(dest[in_offsets[i]:in_offsets[i + 1]] for i in range(X.numblocks[0]))
+    return map_blocks_reduce(X, _spill, _join, args=(parts, spill, sq_norms), split_every=_FAN_IN,
+                             with_offsets=True, name="shuffle-spill")
+
+
+def _spill(block, dest, spill, sq_norms, index, offset):
+    return spill_block(block, dest, spill, block_id=(index, 0), sq_norms=sq_norms)
 
 
 def _join(parts):

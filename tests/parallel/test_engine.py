@@ -7,8 +7,9 @@ import pytest
 from dask.core import get_dependencies
 
 import dqkm
-from dqkm.parallel.engine import (broadcast, compute, map_blocks_reduce, map_rows, sum_partials,
-                                  tree_reduce)
+from dqkm.parallel.engine import (PerBlock, array_from_blocks, array_from_tasks, broadcast,
+                                  compute, map_blocks_reduce, map_blocks_with_state, map_rows,
+                                  map_tasks, sum_partials, tree_reduce)
 
 
 def _chunk(block, c):
@@ -254,3 +255,87 @@ def test_a_pass_reads_each_large_block_inside_the_task_that_uses_it(tmp_path):
         (opt,) = dask.optimize(d)
         assert any(not str(k).startswith("dqkm-inline-") for k in dict(opt.__dask_graph__()))
         np.testing.assert_allclose(compute(d)[0], Y.sum(axis=0).compute(), rtol=1e-5)
+
+
+# ------------------------------------------------------------------ per-block state and tasks
+def _count_chunk(block, prev, w, c, index, offset):
+    """New state: the passes seen by this block and its first row id; partial: Σ w·x·c."""
+    seen = 0 if prev is None else prev[0]
+    assert prev is None or prev[1] == offset  # each block got its own state back
+    return (seen + 1, offset), (w @ block) * c
+
+
+def _state_pass(X, states, w, c, **kw):
+    return map_blocks_with_state(X, _count_chunk, sum_partials, with_offsets=True,
+                                 args=(PerBlock(states), PerBlock(w), broadcast(c, "c")), **kw)
+
+
+def test_map_blocks_with_state_gives_each_block_its_state_back():
+    """Each block's task gets its own previous state (a persisted result or a value)
+    and per-block argument; the partials are tree-reduced; one layer of task_spec
+    tasks, keys tokenized from the inputs (fresh per call with pure=False)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((50, 3))
+    X = da.from_array(x, chunks=(10, 3))
+    w = list(X[:, 0].to_delayed())  # a Dask array's blocks, referred to by key
+    c = np.array([1.0, 2.0, 3.0])
+    bp = _state_pass(X, [None] * 5, w, c, split_every=2)
+    _, _, dsk, deps = _graph_shape(bp.result)
+    assert max(len(deps[k]) for k in dsk if "-combine-" in str(k)) == 2  # a tree, fan-in 2
+    assert _state_pass(X, [None] * 5, w, c, split_every=2).result.key == bp.result.key
+    assert _state_pass(X, [None] * 5, w, c, pure=False).result.key != bp.result.key
+    states = list(dask.persist(*bp.states))
+    ((res, plain),) = compute(_state_pass(X, states, w, c).together)
+    assert plain == [(2, o) for o in range(0, 50, 10)]
+    np.testing.assert_allclose(res, (x[:, 0] @ x) * c)
+    ((_, again),) = compute(_state_pass(X, plain, w, c).together)  # states as plain values
+    assert again == [(3, o) for o in range(0, 50, 10)]
+
+
+def test_per_block_arguments_must_match_the_blocks_and_not_be_lazy_arrays():
+    X = da.ones((20, 2), chunks=(5, 2))
+    with pytest.raises(ValueError, match=r"PerBlock argument has 3 elements for 4 row blocks"):
+        map_blocks_reduce(X, _chunk, sum_partials, args=(PerBlock([1, 2, 3]),))
+    with pytest.raises(TypeError, match=r"broadcast \(Delayed\) state or plain constants"):
+        map_blocks_reduce(X, _chunk, sum_partials, args=(PerBlock([da.ones(2)] * 4),))
+
+
+def _scaled(block, s):
+    return block * s
+
+
+def test_map_tasks_and_arrays_from_tasks_and_blocks():
+    """map_tasks runs one task per argument tuple (pure: tokenized keys; pure=False:
+    fresh ones); array_from_tasks / array_from_blocks are row-chunked arrays of them."""
+    x = np.arange(12.0).reshape(6, 2)
+    blocks = [x[:4], x[4:]]
+    arr = array_from_blocks(blocks, ((4, 2), (2,)), x.dtype, name="dqkm-test-blocks")
+    np.testing.assert_array_equal(arr.compute(), x)
+    parts = list(arr.to_delayed().ravel())
+    tasks = map_tasks(_scaled, [(p, 2.0) for p in parts], name="scaled")
+    assert [t.key for t in map_tasks(_scaled, [(p, 2.0) for p in parts], name="scaled")] == \
+        [t.key for t in tasks]
+    assert map_tasks(_scaled, [(p, 2.0) for p in parts], name="s", pure=False)[0].key != \
+        map_tasks(_scaled, [(p, 2.0) for p in parts], name="s", pure=False)[0].key
+    np.testing.assert_array_equal(np.concatenate(compute(*tasks)), 2 * x)
+    out = array_from_tasks(_scaled, [(p, 3.0) for p in parts], ((4, 2), (2,)), x.dtype,
+                           name="scaled")
+    assert out.chunks == ((4, 2), (2,))
+    np.testing.assert_array_equal(out.compute(), 3 * x)
+    col = array_from_tasks(np.sum, [(p,) for p in parts], ((1, 1),), x.dtype, name="sums")
+    np.testing.assert_array_equal(col.compute(), [x[:4].sum(), x[4:].sum()])
+
+
+def test_broadcast_args_of_separate_graphs_all_reach_the_pass():
+    """Several broadcast objects (each its own small graph) and a PerBlock list of a
+    Dask array's blocks: every key they bring is in the pass's graph."""
+    x = np.arange(30.0).reshape(10, 3)
+    X = da.from_array(x, chunks=(2, 3))
+    cs = [broadcast(np.full(3, float(i)), "c") for i in range(6)]
+
+    def chunk(block, w, *c):
+        return (w @ block) * sum(c)
+
+    d = map_blocks_reduce(X, chunk, sum_partials,
+                          args=(PerBlock(X[:, 1].to_delayed()), *cs))
+    np.testing.assert_allclose(compute(d)[0], (x[:, 1] @ x) * 15.0)
