@@ -45,7 +45,7 @@ from ._exact import _rescan_direct, _scan, exact_sq_dist
 from .lloyd import _DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
-           "HamerlyResult"]
+           "HamerlyResult", "pack_state"]
 
 # Relative outward rounding of every bound: float64 distances of up to ~10⁵
 # features are accurate to far better than this, and it costs no pruning.
@@ -415,6 +415,46 @@ def _mark_nonfinite(mind):  # OUT mind
             mind[r] = np.inf
             found = True
     return found
+
+
+@njit(nogil=True, cache=True)
+def _pack_rows(labels, upper, lower, out):  # OUT out
+    up = np.float32(np.inf)
+    down = np.float32(-np.inf)
+    for r in range(labels.shape[0]):
+        out[r, 0] = np.float32(labels[r])
+        u = upper[r]
+        v = np.float32(u)
+        out[r, 1] = np.nextafter(v, up) if v < u else v
+        for j in range(lower.shape[1]):
+            lo = lower[r, j]
+            v = np.float32(lo)
+            out[r, 2 + j] = np.nextafter(v, down) if v > lo else v
+
+
+def pack_state(labels, upper, lower):
+    """A chunk's bounds as one float32 row per row: ``(label, upper, lower…)``.
+
+    The label is exact (below 2²⁴ clusters), the upper bound is rounded up and
+    the lower bound(s) down, so that every bound stays a bound; NaN stays NaN.
+    Half the bytes of float64, in one pass over the rows.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_rows,), integer
+    upper : ndarray of shape (n_rows,), float64
+    lower : ndarray of shape (n_rows,) or (n_rows, n_clusters), float64
+
+    Returns
+    -------
+    ndarray of shape (n_rows, 2 + lower's columns), float32
+    """
+    n = labels.shape[0]
+    lower = np.ascontiguousarray(lower, dtype=np.float64).reshape(n, -1)
+    out = np.empty((n, 2 + lower.shape[1]), dtype=np.float32)
+    _pack_rows(np.ascontiguousarray(labels), np.ascontiguousarray(upper, dtype=np.float64),
+               lower, out)
+    return out
 
 
 class HamerlyResult(tuple):

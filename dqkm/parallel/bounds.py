@@ -50,7 +50,8 @@ from dask.task_spec import Task, TaskRef
 from ..data.row_state import (create_generation, create_state_directory, read_block_state,
                               remove_block_states, remove_generation, remove_state_directory,
                               write_block_state)
-from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
+from ..kernels.bounds import (center_geometry, center_separations, elkan_partials,
+                              hamerly_partials, pack_state)
 from .engine import _tree_tasks, active_client, broadcast, compute
 from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
@@ -119,23 +120,6 @@ def _unpack(state, n, k, kind):
             np.ascontiguousarray(lower, dtype=np.float64))
 
 
-def _round32(a, up):
-    """``a`` (float64) as float32 rounded up (``up``) or down: a bound stays a bound."""
-    a32 = a.astype(np.float32)
-    with np.errstate(invalid="ignore"):
-        off = a32 < a if up else a32 > a
-    a32[off] = np.nextafter(a32[off], np.float32(np.inf if up else -np.inf))
-    return a32
-
-
-def _pack(labels, upper, lower):
-    """One float32 row per row: label (exact below 2²⁴ clusters), the upper bound
-    rounded up and the lower bound(s) rounded down: half the bytes of float64."""
-    n = labels.shape[0]
-    return np.concatenate([labels.astype(np.float32)[:, None], _round32(upper, True)[:, None],
-                           _round32(lower.reshape(n, -1), False)], axis=1)
-
-
 def _fresh(n, k, kind):
     lower = np.zeros(n) if kind == "hamerly" else np.zeros((n, k))
     return np.full(n, -1, dtype=np.int32), np.zeros(n), lower
@@ -182,7 +166,7 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
         part["moments"] = _moments(block)
     new_state = (labels, upper, lower)
     if spec["directory"] is not None:
-        write_block_state(spec["directory"], spec["write"], index, _pack(*new_state))
+        write_block_state(spec["directory"], spec["write"], index, pack_state(*new_state))
         new_state = None
     return new_state, part
 
