@@ -22,7 +22,11 @@ A pass's files cost little beside the pass over X: the tasks read an
 array's layout from its ``zarr.json`` (Zarr's own open waits on its event
 loop, as long as reading a block's state), a fit's later generations get the
 first one's ``zarr.json`` as written by Zarr (it is the same for every pass),
-and a whole chunk is written from the block's rows without a padded copy.
+a whole chunk is written from the block's rows without a padded copy, and
+the directories of a pass's array are those of the pass before last, emptied
+(:func:`retire_generation` keeps them inside the next array as
+``.dqkm-spare``; removing a directory cost milliseconds on a file system
+mounted with ``discard``).
 
 The directory is created by :func:`create_state_directory` and removed by
 :func:`remove_state_directory` with only the files named here (each array's
@@ -43,10 +47,11 @@ import numpy as np
 
 __all__ = ["create_state_directory", "create_generation", "write_block_state",
            "read_block_state", "remove_block_states", "remove_generation",
-           "remove_state_directory"]
+           "retire_generation", "remove_state_directory"]
 
 _NAME = "g{:08d}"
 _TMP = ".dqkm-tmp-"  # a chunk being written: <chunk file>.dqkm-tmp-<uuid>
+_SPARE = ".dqkm-spare"  # an emptied earlier array's directories, for the next array
 
 
 def create_state_directory(base=None) -> str:
@@ -111,7 +116,12 @@ def create_generation(directory, generation, row_chunks, width, dtype="float64")
         with open(os.path.join(path, "zarr.json"), "rb") as f:
             _CREATED[key] = f.read()
         return path
-    os.mkdir(path)  # FileExistsError for an existing array, as Zarr's overwrite=False
+    if os.path.lexists(path):  # as Zarr's overwrite=False
+        raise FileExistsError(f"{path} exists: a pass's array is never overwritten.")
+    try:  # the directories retire_generation kept in the previous array, if any
+        os.rename(os.path.join(_path(directory, int(generation) - 1), _SPARE), path)
+    except OSError:
+        os.mkdir(path)
     _write_file(os.path.join(path, "zarr.json"), (meta,))
     return path
 
@@ -271,25 +281,57 @@ def _rmdir(path):
         pass
 
 
-def remove_generation(directory, generation, n_blocks) -> None:
-    """Remove pass ``generation``'s array (its block chunks and ``zarr.json``)
-    and the directories this leaves empty."""
+def _remove_array_files(directory, generation, n_blocks):
+    """Remove the chunks (and their temporary files) and ``zarr.json`` of pass
+    ``generation``'s array; its chunks' layout (2 or 3 dimensions) or None."""
     ndim = _ndim(directory, generation)
     _forget(directory, generation)
     path = _path(directory, generation)
     # no zarr.json (ndim None): a creation cut short, no chunk yet
-    files = [] if ndim is None else _chunk_files(directory, generation, range(n_blocks), ndim)
-    for name in files:
+    for name in [] if ndim is None else _chunk_files(directory, generation, range(n_blocks), ndim):
         _remove_files(*os.path.split(name))
-    for name in files:  # c/i/0 (c/i/0/0): the directories above the chunk
-        parent = os.path.dirname(name)
-        if ndim == 3:
-            _rmdir(parent)
-            parent = os.path.dirname(parent)
-        _rmdir(parent)
-    _rmdir(os.path.join(path, "c"))
     _remove_files(path, "zarr.json")
-    _rmdir(path)
+    return ndim
+
+
+def _remove_directories(root, n_blocks):
+    """Remove the (empty) directories of an array at ``root``: ``c/i`` (``c/i/0``),
+    ``c``, a spare kept inside it, then ``root``; a directory still holding
+    anything stays."""
+    for i in range(n_blocks):
+        _rmdir(os.path.join(root, "c", str(i), "0"))
+        _rmdir(os.path.join(root, "c", str(i)))
+    _rmdir(os.path.join(root, "c"))
+    spare = os.path.join(root, _SPARE)
+    if os.path.isdir(spare):
+        _remove_directories(spare, n_blocks)
+    _rmdir(root)
+
+
+def remove_generation(directory, generation, n_blocks) -> None:
+    """Remove pass ``generation``'s array (its block chunks and ``zarr.json``)
+    and the directories this leaves empty."""
+    _remove_array_files(directory, generation, n_blocks)
+    _remove_directories(_path(directory, generation), n_blocks)
+
+
+def retire_generation(directory, generation, n_blocks) -> None:
+    """Remove pass ``generation``'s array once pass ``generation + 1``'s holds the
+    state: its files are removed and its directories, empty, are moved into the
+    next array as ``.dqkm-spare``, where :func:`create_generation` of pass
+    ``generation + 2`` takes them (else, as :func:`remove_generation`)."""
+    _remove_array_files(directory, generation, n_blocks)
+    path = _path(directory, generation)
+    target = os.path.join(_path(directory, int(generation) + 1), _SPARE)
+    inner = os.path.join(path, _SPARE)
+    if os.path.isdir(inner):  # a spare nobody took: not carried along
+        _remove_directories(inner, n_blocks)
+    if os.path.isdir(path) and os.path.isdir(os.path.dirname(target)) \
+            and not os.path.lexists(target):
+        with contextlib.suppress(OSError):
+            os.rename(path, target)
+            return
+    _remove_directories(path, n_blocks)
 
 
 def remove_state_directory(directory, generations, n_blocks) -> None:

@@ -48,7 +48,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import Task, TaskRef
 
 from ..data.row_state import (create_generation, create_state_directory, read_block_state,
-                              remove_block_states, remove_generation, remove_state_directory,
+                              remove_block_states, remove_state_directory, retire_generation,
                               write_block_state)
 from ..kernels.bounds import (center_geometry, center_separations, elkan_partials,
                               hamerly_partials, pack_state)
@@ -336,7 +336,7 @@ class BoundedPasses:
     def _advance_files(self):
         """The pass wrote generation + 1: it now holds the bounds; drop the older files."""
         if self.generation in self.written:
-            remove_generation(self.directory, self.generation, len(self.xblocks))
+            retire_generation(self.directory, self.generation, len(self.xblocks))
             self.written.discard(self.generation)
         self.generation += 1
         self.has_files = True
