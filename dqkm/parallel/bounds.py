@@ -112,12 +112,11 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
 # --------------------------------------------------------------------------- chunk level
 def _unpack(state, n, k, kind):
-    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds."""
+    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds: views
+    of its columns (the kernels convert their state as they copy it)."""
     if state is None:
         return None
-    lower = state[:, 2] if kind == "hamerly" else state[:, 2:]
-    return (state[:, 0].astype(np.int32), state[:, 1].astype(np.float64),
-            np.ascontiguousarray(lower, dtype=np.float64))
+    return state[:, 0], state[:, 1], (state[:, 2] if kind == "hamerly" else state[:, 2:])
 
 
 def _fresh(n, k, kind):
