@@ -219,13 +219,15 @@ def read_block_state(directory, generation, index, shape):
     caller recomputes it)."""
     try:
         z = _open(directory, generation)
-        with open(_chunk_file(z, directory, generation, index), "rb") as f:
-            data = f.read()
         dtype = z.dtype.newbyteorder("<")
-        if len(data) != int(np.prod(z.chunks)) * dtype.itemsize + 4 or \
-                np.frombuffer(data[-4:], "<u4")[0] != google_crc32c.value(data[:-4]):
+        size = int(np.prod(z.chunks)) * dtype.itemsize
+        with open(_chunk_file(z, directory, generation, index), "rb") as f:
+            body = f.read(size)  # two reads: no copy of the body to split off its checksum
+            tail = f.read()
+        if len(body) != size or len(tail) != 4 or \
+                np.frombuffer(tail, "<u4")[0] != google_crc32c.value(body):
             return None
-        chunk = np.frombuffer(data[:-4], dtype=dtype).reshape(z.chunks)
+        chunk = np.frombuffer(body, dtype=dtype).reshape(z.chunks)
         rows = z.row_chunks[index]
     except Exception:  # noqa: BLE001 - any unreadable chunk is no state (recomputed)
         return None
