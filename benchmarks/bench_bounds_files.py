@@ -51,6 +51,8 @@ def measure(n, d, k, n_blocks, repeat, tmp):
     C = X[:k].copy()
     starts = np.concatenate([[0], np.cumsum(chunks)])
     directory = row_state.create_state_directory(tmp)
+    new = [(rng.integers(0, k, m).astype(np.int32), rng.random(m) * 10, rng.random(m))
+           for m in chunks]
     gen = [0]
 
     def lloyd_pass():
@@ -61,11 +63,10 @@ def measure(n, d, k, n_blocks, repeat, tmp):
         g = gen[0]
         row_state.create_generation(directory, g + 1, chunks, 3, "float32")
         for i, m in enumerate(chunks):
-            state = _unpack(row_state.read_block_state(directory, g, i, (m, 3)), m, k,
-                            "hamerly") if g else None
-            if state is None:
-                state = (np.zeros(m, np.int32), np.ones(m), np.ones(m))
-            row_state.write_block_state(directory, g + 1, i, pack_state(*state))
+            if g:  # what the kernel is given (it copies it, with or without files)
+                _unpack(row_state.read_block_state(directory, g, i, (m, 3)), m, k, "hamerly")
+            # what the kernel returns: int32 labels, float64 bounds
+            row_state.write_block_state(directory, g + 1, i, pack_state(*new[i]))
         if g:
             row_state.retire_generation(directory, g, len(chunks))
         gen[0] = g + 1

@@ -417,19 +417,34 @@ def _mark_nonfinite(mind):  # OUT mind
     return found
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _outward(b, v, x, up):
+    """The float32 bits to store for ``x`` (float64) rounded to ``v`` (bits ``b``):
+    ``b`` unless ``v`` lies on the wrong side of ``x`` (below it for an upper
+    bound, ``up``; above it for a lower one), then the neighbour of ``v``
+    outward, as ``np.nextafter`` gives it (± the smallest subnormal from 0).
+    Selects, not branches: half the values move, unpredictably."""
+    step = np.int32(1) if (v > 0) == up else np.int32(-1)
+    nxt = b + step
+    nxt = (np.int32(1) if up else np.int32(-2147483647)) if v == 0 else nxt
+    wrong = v < x if up else v > x
+    return nxt if wrong else b
+
+
 @njit(nogil=True, cache=True)
 def _pack_rows(labels, upper, lower, out):  # OUT out
-    up = np.float32(np.inf)
-    down = np.float32(-np.inf)
+    bits = out.view(np.int32)
     for r in range(labels.shape[0]):
         out[r, 0] = np.float32(labels[r])
         u = upper[r]
         v = np.float32(u)
-        out[r, 1] = np.nextafter(v, up) if v < u else v
+        out[r, 1] = v
+        bits[r, 1] = _outward(bits[r, 1], v, u, True)
         for j in range(lower.shape[1]):
             lo = lower[r, j]
             v = np.float32(lo)
-            out[r, 2 + j] = np.nextafter(v, down) if v > lo else v
+            out[r, 2 + j] = v
+            bits[r, 2 + j] = _outward(bits[r, 2 + j], v, lo, False)
 
 
 def pack_state(labels, upper, lower):
