@@ -419,13 +419,10 @@ def _mark_nonfinite(mind):  # OUT mind
 
 @njit(nogil=True, cache=True, inline="always")
 def _outward(b, v, x, up):
-    """The float32 bits to store for ``x`` (float64) rounded to ``v`` (bits ``b``):
-    ``b`` unless ``v`` lies on the wrong side of ``x`` (below it for an upper
-    bound, ``up``; above it for a lower one), then the neighbour of ``v``
-    outward, as ``np.nextafter`` gives it (± the smallest subnormal from 0).
-    Selects, not branches: half the values move, unpredictably."""
-    step = np.int32(1) if (v > 0) == up else np.int32(-1)
-    nxt = b + step
+    """Bits of ``x`` (float64) rounded to float32 ``v`` (bits ``b``) outward: ``b``, or
+    where ``v`` is on the wrong side of ``x``, ``np.nextafter(v, ±inf)`` (selects:
+    half the values move, unpredictably, and a branch per value cost twice)."""
+    nxt = b + (np.int32(1) if (v > 0) == up else np.int32(-1))
     nxt = (np.int32(1) if up else np.int32(-2147483647)) if v == 0 else nxt
     wrong = v < x if up else v > x
     return nxt if wrong else b
@@ -436,23 +433,19 @@ def _pack_rows(labels, upper, lower, out):  # OUT out
     bits = out.view(np.int32)
     for r in range(labels.shape[0]):
         out[r, 0] = np.float32(labels[r])
-        u = upper[r]
-        v = np.float32(u)
+        v = np.float32(upper[r])
         out[r, 1] = v
-        bits[r, 1] = _outward(bits[r, 1], v, u, True)
+        bits[r, 1] = _outward(bits[r, 1], v, upper[r], True)
         for j in range(lower.shape[1]):
-            lo = lower[r, j]
-            v = np.float32(lo)
+            v = np.float32(lower[r, j])
             out[r, 2 + j] = v
-            bits[r, 2 + j] = _outward(bits[r, 2 + j], v, lo, False)
+            bits[r, 2 + j] = _outward(bits[r, 2 + j], v, lower[r, j], False)
 
 
 def pack_state(labels, upper, lower):
-    """A chunk's bounds as one float32 row per row: ``(label, upper, lower…)``.
-
-    The label is exact (below 2²⁴ clusters), the upper bound is rounded up and
-    the lower bound(s) down, so that every bound stays a bound; NaN stays NaN.
-    Half the bytes of float64, in one pass over the rows.
+    """A chunk's bounds as one float32 row per row: ``(label, upper, lower…)``; the
+    label exact (below 2²⁴ clusters), the upper bound rounded up and the lower
+    bound(s) down, so that every bound stays a bound (NaN stays NaN).
 
     Parameters
     ----------
@@ -464,9 +457,8 @@ def pack_state(labels, upper, lower):
     -------
     ndarray of shape (n_rows, 2 + lower's columns), float32
     """
-    n = labels.shape[0]
-    lower = np.ascontiguousarray(lower, dtype=np.float64).reshape(n, -1)
-    out = np.empty((n, 2 + lower.shape[1]), dtype=np.float32)
+    lower = np.ascontiguousarray(lower, dtype=np.float64).reshape(labels.shape[0], -1)
+    out = np.empty((labels.shape[0], 2 + lower.shape[1]), dtype=np.float32)
     _pack_rows(np.ascontiguousarray(labels), np.ascontiguousarray(upper, dtype=np.float64),
                lower, out)
     return out
