@@ -18,6 +18,16 @@ checksum guards the chunk, so a chunk that is missing, torn or unreadable is
 no state: its caller recomputes the block (for the bounds, with a plain Lloyd
 step, which is exact).
 
+A pass's files cost little beside the pass over X: the tasks read an
+array's layout from its ``zarr.json`` (Zarr's own open waits on its event
+loop, as long as reading a block's state), a fit's later generations get the
+first one's ``zarr.json`` as written by Zarr (it is the same for every pass),
+a whole chunk is written from the block's rows without a padded copy, and
+the directories of a pass's array are those of the pass before last, emptied
+(:func:`retire_generation` keeps them inside the next array as
+``.dqkm-spare``; removing a directory cost milliseconds on a file system
+mounted with ``discard``).
+
 The directory is created by :func:`create_state_directory` and removed by
 :func:`remove_state_directory` with only the files named here (each array's
 ``zarr.json`` and the chunks of the blocks): nothing else is deleted, and a
@@ -27,6 +37,7 @@ directory that holds anything else is left in place.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import uuid
@@ -36,10 +47,11 @@ import numpy as np
 
 __all__ = ["create_state_directory", "create_generation", "write_block_state",
            "read_block_state", "remove_block_states", "remove_generation",
-           "remove_state_directory"]
+           "retire_generation", "remove_state_directory"]
 
 _NAME = "g{:08d}"
 _TMP = ".dqkm-tmp-"  # a chunk being written: <chunk file>.dqkm-tmp-<uuid>
+_SPARE = ".dqkm-spare"  # an emptied earlier array's directories, for the next array
 
 
 def create_state_directory(base=None) -> str:
@@ -78,65 +90,107 @@ def _region(row_chunks, index):
     return (index, slice(0, rows[index]), slice(None))
 
 
+# zarr.json of the arrays this process created with Zarr, by layout: a later pass's
+# array of the same layout gets these bytes (Zarr's create cost a few ms per pass).
+_CREATED = {}
+
+
 def create_generation(directory, generation, row_chunks, width, dtype="float64") -> str:
     """Create the (empty) Zarr array of pass ``generation``: ``dtype`` (float64
     or float32), ``width`` columns, chunk-aligned with the row chunks
-    ``row_chunks``; its path."""
-    import zarr
-    from zarr.codecs import Crc32cCodec
-
+    ``row_chunks``; its path.  An existing array of that pass is an error
+    (``FileExistsError``): nothing is overwritten."""
     shape, chunks = _layout(row_chunks, int(width))
+    rows = [int(c) for c in row_chunks]
     path = _path(directory, generation)
-    zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=np.dtype(dtype).name,
-                      fill_value=np.nan, compressors=[Crc32cCodec()],
-                      chunk_key_encoding={"name": "default", "separator": "/"},
-                      attributes={"row_chunks": [int(c) for c in row_chunks]},
-                      overwrite=False)
+    key = (tuple(shape), tuple(chunks), np.dtype(dtype).name, tuple(rows))
+    meta = _CREATED.get(key)
+    if meta is None:
+        import zarr
+        from zarr.codecs import Crc32cCodec
+
+        zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=np.dtype(dtype).name,
+                          fill_value=np.nan, compressors=[Crc32cCodec()],
+                          chunk_key_encoding={"name": "default", "separator": "/"},
+                          attributes={"row_chunks": rows}, overwrite=False)
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            _CREATED[key] = f.read()
+        return path
+    if os.path.lexists(path):  # as Zarr's overwrite=False
+        raise FileExistsError(f"{path} exists: a pass's array is never overwritten.")
+    try:  # the directories retire_generation kept in the previous array, if any
+        os.rename(os.path.join(_path(directory, int(generation) - 1), _SPARE), path)
+    except OSError:
+        os.mkdir(path)
+    _write_file(os.path.join(path, "zarr.json"), (meta,))
     return path
 
 
-# Arrays opened in this process, by path: opening one reads its metadata, which
-# cost as much as reading a block's state; a pass's tasks on one worker share it.
+def _write_file(target, pieces):
+    """Write ``pieces`` (bytes) to a temporary file renamed to ``target``."""
+    tmp = f"{target}{_TMP}{uuid.uuid4().hex}"
+    try:
+        with open(tmp, "wb") as f:
+            for piece in pieces:
+                f.write(piece)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+class _Meta:
+    """What the chunk I/O needs of an array's ``zarr.json``."""
+
+    __slots__ = ("ndim", "chunks", "dtype", "row_chunks")
+
+    def __init__(self, doc):
+        self.chunks = tuple(int(c) for c in doc["chunk_grid"]["configuration"]["chunk_shape"])
+        self.ndim = len(self.chunks)
+        self.dtype = np.dtype(doc["data_type"])
+        self.row_chunks = [int(c) for c in doc["attributes"]["row_chunks"]]
+
+
+# Layouts read in this process, by array path (a pass's tasks on one worker share them).
 _OPENED = {}
 _OPENED_MAX = 8
 
 
-def _open(directory, generation, mode):
-    import zarr
-
+def _open(directory, generation):
+    """The layout of pass ``generation``'s array (OSError/ValueError: none readable)."""
     path = _path(directory, generation)
-    key = (path, mode)
-    z = _OPENED.get(key)
-    if z is None:
-        z = zarr.open_array(store=path, mode=mode)
+    meta = _OPENED.get(path)
+    if meta is None:
+        with open(os.path.join(path, "zarr.json"), "rb") as f:
+            meta = _Meta(json.loads(f.read()))
         if len(_OPENED) >= _OPENED_MAX:
             _OPENED.pop(next(iter(_OPENED)))
-        _OPENED[key] = z
-    return z
+        _OPENED[path] = meta
+    return meta
 
 
 def _forget(directory, generation):
-    path = _path(directory, generation)
-    for mode in ("r", "r+"):
-        _OPENED.pop((path, mode), None)
+    _OPENED.pop(_path(directory, generation), None)
 
 
 def _chunk_file(z, directory, generation, index):
     return _chunk_files(directory, generation, [index], z.ndim)[0]
 
 
-def _encode(z, index, state):
-    """Chunk ``index`` of ``z`` holding ``state`` as Zarr v3 stores it with the
-    array's codecs (bytes, little-endian, C order; then CRC32C): the block's
+def _encode(z, state):
+    """The pieces of a chunk of ``z`` holding ``state`` as Zarr v3 stores it with
+    the array's codecs (bytes, little-endian, C order; then CRC32C): the block's
     rows padded with the fill value to the chunk's shape."""
-    chunk = np.full(z.chunks, np.nan, dtype=z.dtype.newbyteorder("<"))
-    rows = np.asarray(state).shape[0]
-    if z.ndim == 2:
-        chunk[:rows] = state
+    dtype = z.dtype.newbyteorder("<")
+    rows = state.shape[0]
+    if rows == z.chunks[-2]:  # a whole chunk: no padding, no copy
+        chunk = np.ascontiguousarray(state, dtype=dtype)
     else:
-        chunk[0, :rows] = state
-    raw = chunk.tobytes()
-    return raw + np.uint32(google_crc32c.value(raw)).astype("<u4").tobytes()
+        chunk = np.full(z.chunks[-2:], np.nan, dtype=dtype)
+        chunk[:rows] = state
+    raw = chunk.tobytes()  # google_crc32c takes bytes
+    return raw, np.uint32(google_crc32c.value(raw)).astype("<u4").tobytes()
 
 
 def write_block_state(directory, generation, index, state) -> bool:
@@ -151,19 +205,11 @@ def write_block_state(directory, generation, index, state) -> bool:
     """
     if not os.path.isdir(_path(directory, generation)):
         return False
-    z = _open(directory, generation, "r+")
-    data = _encode(z, index, np.asarray(state, dtype=z.dtype))
+    z = _open(directory, generation)
+    state = np.asarray(state, dtype=z.dtype)
     target = _chunk_file(z, directory, generation, index)
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = f"{target}{_TMP}{uuid.uuid4().hex}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    _write_file(target, _encode(z, state))
     return True
 
 
@@ -172,15 +218,17 @@ def read_block_state(directory, generation, index, shape):
     torn (its CRC32C does not match), unreadable or not of ``shape`` (then the
     caller recomputes it)."""
     try:
-        z = _open(directory, generation, "r")
-        with open(_chunk_file(z, directory, generation, index), "rb") as f:
-            data = f.read()
+        z = _open(directory, generation)
         dtype = z.dtype.newbyteorder("<")
-        if len(data) != int(np.prod(z.chunks)) * dtype.itemsize + 4 or \
-                np.frombuffer(data[-4:], "<u4")[0] != google_crc32c.value(data[:-4]):
+        size = int(np.prod(z.chunks)) * dtype.itemsize
+        with open(_chunk_file(z, directory, generation, index), "rb") as f:
+            body = f.read(size)  # two reads: no copy of the body to split off its checksum
+            tail = f.read()
+        if len(body) != size or len(tail) != 4 or \
+                np.frombuffer(tail, "<u4")[0] != google_crc32c.value(body):
             return None
-        chunk = np.frombuffer(data[:-4], dtype=dtype).reshape(z.chunks)
-        rows = int(z.attrs["row_chunks"][index])
+        chunk = np.frombuffer(body, dtype=dtype).reshape(z.chunks)
+        rows = z.row_chunks[index]
     except Exception:  # noqa: BLE001 - any unreadable chunk is no state (recomputed)
         return None
     state = (chunk if z.ndim == 2 else chunk[0])[:rows]
@@ -199,7 +247,7 @@ def _chunk_files(directory, generation, blocks, ndim):
 
 def _ndim(directory, generation):
     try:
-        return _open(directory, generation, "r").ndim
+        return _open(directory, generation).ndim
     except Exception:  # noqa: BLE001 - no array: no chunk of it to remove
         return None
 
@@ -210,20 +258,22 @@ def remove_block_states(directory, generation, blocks) -> None:
     if ndim is None:
         return
     for name in _chunk_files(directory, generation, blocks, ndim):
-        _remove_chunk(name)
+        _remove_files(*os.path.split(name))
 
 
-def _remove_chunk(name):
-    """Remove a chunk file and the temporary files of its writes (a write cut
-    short by a killed worker leaves one: ``<chunk>.dqkm-tmp-<uuid>``)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(name)
-    parent, base = os.path.split(name)
-    with contextlib.suppress(OSError):
-        for n in os.listdir(parent):
-            if n.startswith(base + _TMP):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(parent, n))
+def _remove_files(path, *names):
+    """Remove the files ``names`` of directory ``path`` and the temporary files of
+    their writes (a write cut short by a killed worker leaves one:
+    ``<name>.dqkm-tmp-<uuid>``); the directory is listed once."""
+    want = set(names)
+    try:
+        present = os.listdir(path)
+    except OSError:
+        return
+    for n in present:
+        if n in want or (_TMP in n and n.split(_TMP, 1)[0] in want):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(path, n))
 
 
 def _rmdir(path):
@@ -233,28 +283,57 @@ def _rmdir(path):
         pass
 
 
+def _remove_array_files(directory, generation, n_blocks):
+    """Remove the chunks (and their temporary files) and ``zarr.json`` of pass
+    ``generation``'s array; its chunks' layout (2 or 3 dimensions) or None."""
+    ndim = _ndim(directory, generation)
+    _forget(directory, generation)
+    path = _path(directory, generation)
+    # no zarr.json (ndim None): a creation cut short, no chunk yet
+    for name in [] if ndim is None else _chunk_files(directory, generation, range(n_blocks), ndim):
+        _remove_files(*os.path.split(name))
+    _remove_files(path, "zarr.json")
+    return ndim
+
+
+def _remove_directories(root, n_blocks):
+    """Remove the (empty) directories of an array at ``root``: ``c/i`` (``c/i/0``),
+    ``c``, a spare kept inside it, then ``root``; a directory still holding
+    anything stays."""
+    for i in range(n_blocks):
+        _rmdir(os.path.join(root, "c", str(i), "0"))
+        _rmdir(os.path.join(root, "c", str(i)))
+    _rmdir(os.path.join(root, "c"))
+    spare = os.path.join(root, _SPARE)
+    if os.path.isdir(spare):
+        _remove_directories(spare, n_blocks)
+    _rmdir(root)
+
+
 def remove_generation(directory, generation, n_blocks) -> None:
     """Remove pass ``generation``'s array (its block chunks and ``zarr.json``)
     and the directories this leaves empty."""
-    ndim = _ndim(directory, generation)
-    _forget(directory, generation)
-    if ndim is None:
-        return
-    files = _chunk_files(directory, generation, range(n_blocks), ndim)
-    for name in files:
-        _remove_chunk(name)
-    for name in files:  # c/i/0 (c/i/0/0): the directories above the chunk
-        parent = os.path.dirname(name)
-        if ndim == 3:
-            _rmdir(parent)
-            parent = os.path.dirname(parent)
-        _rmdir(parent)
-    _rmdir(os.path.join(_path(directory, generation), "c"))
-    try:
-        os.remove(os.path.join(_path(directory, generation), "zarr.json"))
-    except FileNotFoundError:
-        pass
-    _rmdir(_path(directory, generation))
+    _remove_array_files(directory, generation, n_blocks)
+    _remove_directories(_path(directory, generation), n_blocks)
+
+
+def retire_generation(directory, generation, n_blocks) -> None:
+    """Remove pass ``generation``'s array once pass ``generation + 1``'s holds the
+    state: its files are removed and its directories, empty, are moved into the
+    next array as ``.dqkm-spare``, where :func:`create_generation` of pass
+    ``generation + 2`` takes them (else, as :func:`remove_generation`)."""
+    _remove_array_files(directory, generation, n_blocks)
+    path = _path(directory, generation)
+    target = os.path.join(_path(directory, int(generation) + 1), _SPARE)
+    inner = os.path.join(path, _SPARE)
+    if os.path.isdir(inner):  # a spare nobody took: not carried along
+        _remove_directories(inner, n_blocks)
+    if os.path.isdir(path) and os.path.isdir(os.path.dirname(target)) \
+            and not os.path.lexists(target):
+        with contextlib.suppress(OSError):
+            os.rename(path, target)
+            return
+    _remove_directories(path, n_blocks)
 
 
 def remove_state_directory(directory, generations, n_blocks) -> None:

@@ -130,22 +130,26 @@ def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, lab
     sparse-factor kernels (``_factor_apply``), whose buffers are wider than
     ``t`` and taller than ``k``.
     """
+    # The labels through a view indexed from 0 and the center index as the
+    # labels' int32: with ``labels[offset + i]`` and an int64 ``j`` LLVM left
+    # the loop scalar (the selects alone did not vectorise it).
+    lab = labels[offset:offset + t]
     h0 = half_norms[0]
     g0 = G[0]
     for i in range(t):
         best[i] = h0 - g0[i]
-        labels[offset + i] = 0
+        lab[i] = 0
     for j in range(1, k):
         hj = half_norms[j]
         gj = G[j]
+        jj = np.int32(j)
         for i in range(t):
-            # Selects, not a branch: LLVM turns the loop into vector
-            # compares and blends (half the time of the branchy form at K = 64).
+            # Selects, not a branch: vector compares and blends.
             v = hj - gj[i]
             b = best[i]
             lt = v < b
             best[i] = v if lt else b
-            labels[offset + i] = j if lt else labels[offset + i]
+            lab[i] = jj if lt else lab[i]
 
 
 @njit(nogil=True, cache=True)

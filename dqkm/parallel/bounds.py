@@ -43,9 +43,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..data.row_state import (create_generation, create_state_directory, read_block_state,
-                              remove_block_states, remove_generation, remove_state_directory,
+                              remove_block_states, remove_state_directory, retire_generation,
                               write_block_state)
-from ..kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
+from ..kernels.bounds import (center_geometry, center_separations, elkan_partials,
+                              hamerly_partials, pack_state)
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
                      map_blocks_with_state)
 from .finite import describe_bad, first_bad, raise_bad
@@ -102,29 +103,11 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
 # --------------------------------------------------------------------------- chunk level
 def _unpack(state, n, k, kind):
-    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds."""
+    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds: views
+    of its columns (the kernels convert their state as they copy it)."""
     if state is None:
         return None
-    lower = state[:, 2] if kind == "hamerly" else state[:, 2:]
-    return (state[:, 0].astype(np.int32), state[:, 1].astype(np.float64),
-            np.ascontiguousarray(lower, dtype=np.float64))
-
-
-def _round32(a, up):
-    """``a`` (float64) as float32 rounded up (``up``) or down: a bound stays a bound."""
-    a32 = a.astype(np.float32)
-    with np.errstate(invalid="ignore"):
-        off = a32 < a if up else a32 > a
-    a32[off] = np.nextafter(a32[off], np.float32(np.inf if up else -np.inf))
-    return a32
-
-
-def _pack(labels, upper, lower):
-    """One float32 row per row: label (exact below 2²⁴ clusters), the upper bound
-    rounded up and the lower bound(s) rounded down: half the bytes of float64."""
-    n = labels.shape[0]
-    return np.concatenate([labels.astype(np.float32)[:, None], _round32(upper, True)[:, None],
-                           _round32(lower.reshape(n, -1), False)], axis=1)
+    return state[:, 0], state[:, 1], (state[:, 2] if kind == "hamerly" else state[:, 2:])
 
 
 def _fresh(n, k, kind):
@@ -173,7 +156,7 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
         part["moments"] = _moments(block)
     new_state = (labels, upper, lower)
     if spec["directory"] is not None:
-        write_block_state(spec["directory"], spec["write"], index, _pack(*new_state))
+        write_block_state(spec["directory"], spec["write"], index, pack_state(*new_state))
         new_state = None
     return new_state, part
 
@@ -322,7 +305,7 @@ class BoundedPasses:
     def _advance_files(self):
         """The pass wrote generation + 1: it now holds the bounds; drop the older files."""
         if self.generation in self.written:
-            remove_generation(self.directory, self.generation, len(self.xblocks))
+            retire_generation(self.directory, self.generation, len(self.xblocks))
             self.written.discard(self.generation)
         self.generation += 1
         self.has_files = True

@@ -372,3 +372,37 @@ def test_bounds_in_files_live_under_the_checkpoint_and_survive_resume(tmp_path, 
     assert max(h["skipped"] for h in resumed.history_[5:]) > 0.5
     assert list(scratch.iterdir()) == []
     assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
+
+
+def test_sidecar_generations_reuse_the_directories_of_the_pass_before_last(tmp_path):
+    """retire_generation empties a pass's array and keeps its directories inside
+    the next array, where the array after that takes them: between passes the
+    state directory holds the latest array only (its files and, hidden, empty
+    directories), Zarr reads every array, and the removal leaves nothing."""
+    import zarr
+
+    from dqkm.data import row_state
+
+    d = row_state.create_state_directory(tmp_path)
+    chunks = (4, 4, 2)
+    inodes = []
+    for g in range(1, 5):
+        row_state.create_generation(d, g, chunks, 3, "float32")
+        for i, n in enumerate(chunks):
+            assert row_state.write_block_state(d, g, i, np.full((n, 3), g + i, np.float32))
+        inodes.append(os.stat(os.path.join(d, f"g{g:08d}", "c", "0")).st_ino)
+        if g > 1:
+            row_state.retire_generation(d, g - 1, len(chunks))
+        assert os.listdir(d) == [f"g{g:08d}"]
+        files = sorted(os.path.relpath(os.path.join(r, f), d)
+                       for r, _, fs in os.walk(d) for f in fs)
+        assert files == sorted([f"g{g:08d}/zarr.json"]
+                               + [f"g{g:08d}/c/{i}/0" for i in range(3)])
+        z = zarr.open_array(os.path.join(d, f"g{g:08d}"), mode="r")
+        np.testing.assert_array_equal(z[:, 0], np.repeat([g, g + 1, g + 2], chunks))
+    assert inodes[2] == inodes[0] and inodes[3] == inodes[1]  # the pass before last's
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        row_state.create_generation(d, 4, chunks, 3, "float32")
+    (tmp_path / "mine.txt").write_text("not dqkm's")
+    row_state.remove_state_directory(d, [4], len(chunks))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
