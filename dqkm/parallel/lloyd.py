@@ -24,6 +24,7 @@ from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, llo
 from .engine import (DEFAULT_SPLIT_EVERY, _row_blocks, _tree_tasks, block_offsets, broadcast,
                      compute, driver_blas, map_blocks_reduce)
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
+from .memory import check_pass_memory
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +197,8 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weigh
     NaN or infinity, or values whose squared distances overflow float64
     (detected in the same pass), naming the first row concerned.
     """
+    check_lloyd_memory("KMeans (Lloyd) pass", X, len(centers),
+                       weighted=sample_weight is not None)
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_reduce_weighted(X, sample_weight, _lloyd_chunk, _lloyd_combine,
                             args=(c, with_moments), split_every=split_every, name="lloyd")
@@ -203,6 +206,17 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weigh
     if res["bad"]:
         raise_bad(res["bad"])
     return res
+
+
+def check_lloyd_memory(what, X, n_clusters, *, weighted=False):
+    """Refuse a pass assigning X's chunks to ``n_clusters`` centers whose task cannot
+    fit a worker (:func:`~dqkm.parallel.memory.check_pass_memory`): its chunk, the
+    chunk's labels (int32) and distances (float64), its weights when weighted, and
+    the centers with the float64 per-cluster sums (the kernels' tiles stay in cache)."""
+    K, d = int(n_clusters), int(X.shape[1])
+    per_row = 4 + 8 + (8 if weighted else 0)
+    return check_pass_memory(what, X, per_row=per_row,
+                             fixed=K * d * (X.dtype.itemsize + 8) + 16 * K)
 
 
 # --------------------------------------------------------------------------- one step
@@ -280,6 +294,7 @@ def assign(X, centers):
     overflow float64, raises :class:`~dqkm.exceptions.DataError` when computed.
     """
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    check_lloyd_memory("KMeans labels pass", X, len(centers))
     return map_rows_at(X, _assign_block, centers, dtype=np.int32, name="assign")
 
 
