@@ -344,3 +344,27 @@ def test_cluster_index_build_is_refused_before_its_clusterer_is_fitted(monkeypat
                        r"destinations, sort order and norms 31 KiB, one sorted tile 62 KiB\)"):
         index.fit(Xd)
     assert fitted == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.distributed
+def test_labels_reach_the_driver_a_wave_of_blocks_at_a_time(dist_client, monkeypatch):
+    """gather_rows (the ClusterIndex build's labels) fetches a 1-D array's blocks in waves
+    of two per worker thread and concatenates them on the driver: no task concatenates
+    the whole array on one worker (a compute of the array did: twice its size there)."""
+    from dqkm.parallel import memory
+
+    calls = []
+    real = memory.compute
+
+    def spy(*objs):
+        calls.append(len(objs))
+        for o in objs:  # blocks, never the array or its concatenation
+            assert not isinstance(o, da.Array)
+        return real(*objs)
+
+    monkeypatch.setattr(memory, "compute", spy)
+    arr = da.arange(1000, chunks=50, dtype=np.int32)
+    out = memory.gather_rows(arr)
+    threads = sum(w["nthreads"] for w in dist_client.scheduler_info()["workers"].values())
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.int32))
+    assert sum(calls) == 20 and max(calls) == 2 * threads
