@@ -16,6 +16,17 @@ divided by its threads (tasks run side by side).  Where the workers have no
 pause or terminate threshold the headroom rule has no line to keep below, and
 a task may use :data:`TASK_FRACTION` of the limit per thread; where they do,
 it may use no more than that either.
+
+A worker's own memory is measured, not assumed, because it is not constant:
+it grows when the worker first runs a kind of task (the modules and numba
+kernels that task loads) and by distributed's bounded logs of recent tasks,
+and glibc may keep freed memory for reuse (where ``MALLOC_TRIM_THRESHOLD_`` is
+unset, as dqkm's cluster configurations do by default; distributed's nanny
+sets it low: see distributed's "Worker Memory Management" page).  dqkm keeps
+nothing on a worker between tasks (no cache, no scratch buffers, no results
+but those a fit persists), so that memory is not dqkm's to release; it calls
+no ``malloc_trim``, which distributed documents as a diagnostic experiment,
+not as a practice.
 """
 
 from __future__ import annotations

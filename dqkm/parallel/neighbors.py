@@ -143,7 +143,9 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
     Written to a local path, the shuffle goes through spill files beside it
     (:func:`dqkm.parallel.shuffle.permute_rows`), so that no task holds more
     than about two blocks of X; in memory or to a URL it is dask's ``take``.
-    The driver holds ``n_samples`` integers.
+    Before it, a shuffle task that cannot fit a worker is refused
+    (:func:`~dqkm.parallel.memory.check_shuffle_memory`).  The driver holds
+    ``n_samples`` integers (the row ids, which it writes itself).
     """
     labels = np.asarray(labels).astype(np.int64, copy=False)
     order = np.argsort(labels, kind="stable")
