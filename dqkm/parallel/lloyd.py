@@ -390,9 +390,44 @@ def sample_rows(X, n, rng, *, dense=True, sample_weight=None):
         return as_out(rows), np.asarray(w, dtype=np.float64)
     idx = np.sort(rng.choice(N, size=n, replace=False))
     if sample_weight is None:
-        return as_out(compute(X[idx])[0])
-    rows, w = compute(X[idx], sample_weight[idx])
-    return as_out(rows), np.asarray(w, dtype=np.float64)
+        return as_out(_take_sorted_rows(X, idx))
+    (w,) = compute(sample_weight[idx])
+    return as_out(_take_sorted_rows(X, idx)), np.asarray(w, dtype=np.float64)
+
+
+def _rows_of_block(block, idx, index, offset):
+    """The rows ``idx`` (sorted, in the sub-array's coordinates) that lie in this block."""
+    lo, hi = np.searchsorted(idx, [offset, offset + block.shape[0]])
+    return {int(index): block[idx[lo:hi] - offset]}
+
+
+def _merge_dicts(parts):
+    out = {}
+    for p in parts:
+        out.update(p)
+    return out
+
+
+def _take_sorted_rows(X, idx):
+    """``X[idx]`` (``idx`` sorted, distinct) by one task per chunk holding rows of it, each
+    reading its chunk itself (:func:`~dqkm.parallel.engine.map_blocks_reduce`): dask's
+    ``X[idx]`` read chunks as tasks of their own, which a worker read ahead of their
+    use (several chunks of X held at once)."""
+    offsets = block_offsets(X.chunks[0])
+    which = np.searchsorted(offsets, idx, side="right") - 1
+    touched = np.unique(which)
+    sub = X.blocks[touched.tolist()] if len(touched) < X.numblocks[0] else X
+    sub_offsets = block_offsets(sub.chunks[0])
+    pos = np.searchsorted(touched, which)
+    local = idx - offsets[which] + sub_offsets[pos]  # idx in sub's rows, still sorted
+    d = map_blocks_reduce(sub, _rows_of_block, _merge_dicts,
+                          args=(broadcast(local, "sample-rows"),), with_offsets=True,
+                          name="sample-rows")
+    (parts,) = compute(d)
+    parts = [parts[i] for i in sorted(parts)]
+    if any(sp.issparse(p) for p in parts):
+        return sp.vstack(parts, format="csr")
+    return np.concatenate(parts)
 
 
 def _es_chunk(weights, n, seed, index, offset):
