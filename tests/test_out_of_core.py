@@ -210,3 +210,21 @@ def test_sample_rows_reads_each_touched_chunk_inside_its_own_task(sparse, monkey
     rows, weights = lloyd.sample_rows(Xd, 4, np.random.default_rng(3), sample_weight=w)
     np.testing.assert_array_equal(rows, X[idx])
     np.testing.assert_array_equal(weights, idx.astype(np.float64))
+
+
+def test_kmm_refuses_before_the_seeding_reads_x(monkeypatch):
+    """With n_prototypes given, a KMultipleMeans whose pass cannot fit is refused before
+    its seeding samples rows of X (those passes ran first, and at 3x the workers' memory
+    one restarted a worker before the refusal)."""
+    import dqkm.cluster.kmm as ckmm
+    from dqkm.parallel import memory
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    Xd = da.from_array(_kmm_data(4000, 16), chunks=1000)
+    sampled = []
+    real = ckmm.sample_rows
+    monkeypatch.setattr(ckmm, "sample_rows", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: 1000 * 16 * 4)  # a chunk
+    with pytest.raises(MemoryBudgetError, match=r"KMultipleMeans pass: one task needs about "):
+        _kmm(max_iter=1).fit(Xd)
+    assert sampled == []
