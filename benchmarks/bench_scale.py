@@ -5,8 +5,10 @@ ClusterIndex build, fits float32 blobs read from Zarr (``persist=False``:
 every pass re-reads the store) on a LocalCluster of 2 workers × 1 thread at
 1×, 2× and 4× a base size, the top at least 3× the workers' total memory.
 Reports the median seconds per iteration (the ClusterIndex: seconds of the
-whole build, its clusterer's fit included), the peak worker RSS, whether a
-worker was restarted, and a refusal's message (a fit whose tasks cannot fit
+whole build, its clusterer's fit included), the peak worker RSS (the kernel's
+high-water mark ``VmHWM``, reset before each fit, where Linux allows; else
+sampled every 0.2 s), whether a worker was restarted or paused, and a
+refusal's message (a fit whose tasks cannot fit
 is refused with the memory it needs).  The machine's load average is
 recorded with the table, which replaces docs/benchmarks/scale.md with
 ``--markdown`` after every size (a run stopped early leaves the sizes it
@@ -41,12 +43,13 @@ from _report import add_markdown_option, write_page  # noqa: E402
 D = 32
 K = 16
 
-NOTES = ('Seconds per iteration and peak worker RSS at 1×, 2× and 4× a base size read from '
-         'Zarr (`persist=False`: every pass re-reads the store) on a LocalCluster of 2 workers '
-         '× 1 thread; a fit whose tasks cannot fit is refused with the memory it needs. The '
-         'estimators run one after the other on the same workers: "RSS at start" is what a '
-         'worker process held before the fit (libraries, loaded kernels and what earlier fits '
-         'left), "results held" the Dask results it kept in memory then.')
+NOTES = ('Seconds per iteration and peak worker RSS (its high-water mark, reset before each '
+         'fit) at 1×, 2× and 4× a base size read from Zarr (`persist=False`: every pass '
+         're-reads the store) on a LocalCluster of 2 workers × 1 thread; a fit whose tasks '
+         'cannot fit is refused with the memory it needs. The estimators run one after the '
+         'other on the same workers: "RSS at start" is what a worker process held before the '
+         'fit (libraries, loaded kernels and what earlier fits left), "results held" the Dask '
+         'results it kept in memory then.')
 
 
 def estimators(iters):
@@ -71,6 +74,24 @@ def _rss():
     return psutil.Process().memory_info().rss
 
 
+def _reset_peak():
+    """Reset this process's peak RSS (Linux ``VmHWM``); False where it cannot be."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _start_memory(client):
     """The largest worker RSS and the largest held (managed) result bytes, in MiB,
     before a fit: what the worker kept from the previous ones."""
@@ -80,16 +101,32 @@ def _start_memory(client):
     return rss / 2**20, held / 2**20
 
 
+def _refusal(e):
+    """A refusal as "refused (pass): N MiB needed, M MiB available"; another error by
+    its type and the start of its message."""
+    import re
+
+    need = re.search(r"^(.*?): one task needs about ([\d.]+ \w+)", str(e))
+    room = re.search(r"can give a task ([\d.]+ \w+)", str(e))
+    if type(e).__name__ == "MemoryBudgetError" and need and room:
+        return (f"refused ({need.group(1)}): {need.group(2)} needed, {room.group(1)} "
+                "available per task")
+    return f"{type(e).__name__}: {str(e)[:160]}"
+
+
 def measure(client, make, X, store):
     pids = client.run(os.getpid)
     start = _start_memory(client)
-    peaks, stop = {}, threading.Event()
+    peaks, paused, stop = {}, set(), threading.Event()
+    hwm = all(client.run(_reset_peak).values())  # the exact peak, not a sampled one
 
     def poll():
         while not stop.is_set():
             try:
                 for w, v in client.run(_rss).items():
                     peaks[w] = max(peaks.get(w, 0), v)
+                workers = client.scheduler_info(n_workers=-1)["workers"]
+                paused.update(a for a, w in workers.items() if w.get("status") == "paused")
             except Exception:
                 pass
             time.sleep(0.2)
@@ -107,7 +144,7 @@ def measure(client, make, X, store):
             else:
                 est.fit(X)
     except Exception as e:  # a refusal (or a failure) is a result of the benchmark
-        note = f"{type(e).__name__}: {str(e)[:160]}"
+        note = _refusal(e)
     wall = time.perf_counter() - t0
     stop.set()
     th.join()
@@ -119,6 +156,10 @@ def measure(client, make, X, store):
     else:
         per_iter = wall
     restarted = client.run(os.getpid) != pids
+    if hwm and not restarted:
+        peaks = client.run(_peak)
+    if paused:
+        note = (note + " " if note else "") + f"({len(paused)} worker(s) paused)"
     return per_iter, max(peaks.values(), default=0) / 2**20, restarted, note, start
 
 

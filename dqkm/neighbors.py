@@ -24,8 +24,9 @@ from .cluster._base import is_lazy, validate_input
 from .parallel.engine import broadcast, compute, driver_memory_bytes
 from .parallel.finite import checked_rows
 from .parallel.data import to_dask
+from .parallel.memory import check_shuffle_memory, gather_rows
 from .parallel.neighbors import (build_index, center_sq_distances, drop_self, probe_clusters,
-                                 query_block_rows, search)
+                                 query_block_rows, search, shuffles_through_files)
 
 __all__ = ["ClusterIndex"]
 
@@ -168,6 +169,8 @@ class ClusterIndex(BaseEstimator):
         Xd, _ = self._validate(X, reset=True)
         if is_lazy(X):  # NumPy input: the caller already chose memory
             self._check_in_memory_size(Xd)
+            if shuffles_through_files(self.store):  # before the clusterer's fit, not after
+                check_shuffle_memory(Xd)
         if _is_fitted(self.clusterer):
             clusterer = self.clusterer
             n_in = getattr(clusterer, "n_features_in_", Xd.shape[1])
@@ -184,7 +187,7 @@ class ClusterIndex(BaseEstimator):
         K = int(np.shape(centers)[0])
         self._check_n_probe(K)
         labels = self._assign(clusterer, Xd)
-        labels = np.asarray(compute(labels)[0] if isinstance(
+        labels = np.asarray(gather_rows(labels) if isinstance(
             labels, da.Array) else labels).ravel()
         extra = {}
         if y is not None:

@@ -177,3 +177,54 @@ def test_kmm_refuses_rows_of_s_larger_than_the_workers_memory():
                            r"memory between passes, more than 95 MiB .*bytes per sample.*"
                            r"n_neighbors"):
             _kmm(max_iter=1).fit(X)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_sample_rows_reads_each_touched_chunk_inside_its_own_task(sparse, monkeypatch):
+    """The rows KMeans samples for its init come from one task per chunk holding some of
+    them, each reading its chunk itself (a pass of map_blocks_reduce), and only the
+    chunks that hold sampled rows are read: dask's X[idx] read chunks as tasks of their
+    own that a worker read ahead of their use (three 64 MiB chunks held at once)."""
+    import scipy.sparse as sp
+
+    from dqkm.parallel import lloyd
+
+    X = np.arange(1000 * 3, dtype=np.float32).reshape(1000, 3)
+    Xd = da.from_array(X, chunks=100)
+    if sparse:
+        Xd = Xd.map_blocks(sp.csr_matrix, meta=sp.csr_matrix((0, 3), dtype=np.float32))
+    seen = []
+    real = lloyd.map_blocks_reduce
+
+    def spy(sub, *a, **k):
+        seen.append(sub.numblocks[0])
+        return real(sub, *a, **k)
+
+    monkeypatch.setattr(lloyd, "map_blocks_reduce", spy)
+    idx = np.sort(np.random.default_rng(3).choice(1000, size=4, replace=False))
+    rows = lloyd.sample_rows(Xd, 4, np.random.default_rng(3), dense=False)
+    got = rows.toarray() if sp.issparse(rows) else rows
+    np.testing.assert_array_equal(got, X[idx])
+    assert seen == [len(np.unique(idx // 100))]
+    w = da.from_array(np.arange(1000, dtype=np.float64), chunks=100)
+    rows, weights = lloyd.sample_rows(Xd, 4, np.random.default_rng(3), sample_weight=w)
+    np.testing.assert_array_equal(rows, X[idx])
+    np.testing.assert_array_equal(weights, idx.astype(np.float64))
+
+
+def test_kmm_refuses_before_the_seeding_reads_x(monkeypatch):
+    """With n_prototypes given, a KMultipleMeans whose pass cannot fit is refused before
+    its seeding samples rows of X (those passes ran first, and at 3x the workers' memory
+    one restarted a worker before the refusal)."""
+    import dqkm.cluster.kmm as ckmm
+    from dqkm.parallel import memory
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    Xd = da.from_array(_kmm_data(4000, 16), chunks=1000)
+    sampled = []
+    real = ckmm.sample_rows
+    monkeypatch.setattr(ckmm, "sample_rows", lambda *a, **k: sampled.append(1) or real(*a, **k))
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: 1000 * 16 * 4)  # a chunk
+    with pytest.raises(MemoryBudgetError, match=r"KMultipleMeans pass: one task needs about "):
+        _kmm(max_iter=1).fit(Xd)
+    assert sampled == []

@@ -214,3 +214,51 @@ def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, mon
     np.testing.assert_array_equal(Xi, X.compute()[ids])
     np.testing.assert_allclose(sq, np.einsum("ij,ij->i", Xi, Xi, dtype=np.float64),
                                rtol=1e-12)
+
+
+def _reset_peak_rss():
+    with open("/proc/self/clear_refs", "w") as f:  # VmHWM back to the current RSS
+        f.write("5")
+
+
+def _peak_rss():
+    return _vm_kib("VmHWM") * 1024
+
+
+def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_path):
+    """A ClusterIndex build whose shuffle task cannot fit the workers is refused with
+    MemoryBudgetError, naming the memory that task needs, before any of its passes: no
+    worker goes above distributed's pause line (its peak RSS, the kernel's high-water
+    mark reset before the fit) and none is restarted.  Two 64 MiB chunks on 450 MiB
+    workers (pause line 360 MiB; a worker itself holds ~280 MiB): a shuffle task holds
+    its block, the rows' destinations, order and norms and a sorted tile (~84 MiB).
+    (Before, the build ran anyway and each task reading its block paused its worker.)
+    That a build which fits completes below the limit is
+    test_out_of_core_fit_keeps_its_workers[ClusterIndex]."""
+    from distributed import Client, LocalCluster
+
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("the peak RSS of a worker cannot be reset on this system (no clear_refs)")
+    with dask.config.set({"scheduler": "threads"}):
+        X, _ = datasets.make_blobs(2 * 524_288, 32, 8, chunks=524_288, random_state=0,
+                                   path=tmp_path / "X.zarr")
+    km = dqkm.KMeans(8, max_iter=3, random_state=0).fit(X[:20_000].compute())  # on the driver
+    limit = 450 * 2**20
+    pause = dask.config.get("distributed.worker.memory.pause") * limit
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.ERROR,
+                      memory_limit=limit) as cluster, Client(cluster) as client:
+        pids = client.run(os.getpid)
+        client.run(_reset_peak_rss)
+        index = ClusterIndex(km, store=str(tmp_path / "index.zarr"))
+        with pytest.raises(MemoryBudgetError, match=r"ClusterIndex build .*one task needs "
+                                                    r"about .*block of X 64 MiB.*Store X in "
+                                                    r"chunks of fewer rows"):
+            index.fit(X)
+        peaks = client.run(_peak_rss)
+        assert client.run(os.getpid) == pids, "a worker was restarted"
+    assert max(peaks.values()) < pause, \
+        f"peak worker RSS {max(peaks.values()) / 2**20:.0f} MiB, pause line {pause / 2**20:.0f}"
+    assert [p.name for p in tmp_path.iterdir()] == ["X.zarr"]  # no store, no spill files

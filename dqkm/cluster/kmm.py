@@ -58,6 +58,8 @@ class _KMMAlgorithm(IterativeAlgorithm):
         return self.estimator._checkpoint_identity(X, self.m)
 
     def init_state(self, X, rng):
+        if self.m != "auto":  # a pass that cannot fit is refused before the seeding's passes
+            self.solver._check_memory(self.m, self.rank)
         A, mu, V, seeding = self.estimator._initial_prototypes(X, self.m, self.rank, rng)
         self.estimator._warn_few_prototypes(A.shape[0])
         return self.solver.init_state(A, mu, V, rng, seeding)

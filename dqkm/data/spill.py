@@ -17,7 +17,8 @@ import numpy as np
 
 from ..exceptions import StoreError
 
-__all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block"]
+__all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block",
+           "spill_task_parts"]
 
 _PART = "part-{:06d}.npy"
 _POS = "pos-{:06d}.npy"
@@ -76,6 +77,16 @@ def _save_rows(path, block, order, sq=None):
                 sq[t:t + len(tile)] = np.einsum("ij,ij->i", tile, tile, dtype=np.float64)
             f.write(tile.data)
     os.replace(tmp, path)
+
+
+def spill_task_parts(n_rows, row_bytes, sq_norms=False) -> dict:
+    """What one :func:`spill_block` task holds at once, in bytes, by part: its block,
+    per row its destination, sort order and sorted destinations (int64 each) and,
+    with ``sq_norms``, its squared norm (float64), and one tile of sorted rows."""
+    n_rows, row_bytes = int(n_rows), int(row_bytes)
+    return {"block of X": n_rows * row_bytes,
+            "destinations, sort order and norms": n_rows * 8 * (4 if sq_norms else 3),
+            "one sorted tile": min(n_rows, max(1, _TILE_BYTES // max(1, row_bytes))) * row_bytes}
 
 
 def spill_block(block, dest, spill, block_id=None, sq_norms=False):

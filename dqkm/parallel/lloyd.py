@@ -18,6 +18,7 @@ from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
 from .engine import PerBlock, broadcast, compute, driver_blas, map_blocks_reduce
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
+from .memory import check_pass_memory
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,8 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weigh
     NaN or infinity, or values whose squared distances overflow float64
     (detected in the same pass), naming the first row concerned.
     """
+    check_lloyd_memory("KMeans (Lloyd) pass", X, len(centers),
+                       weighted=sample_weight is not None)
     c = broadcast(np.ascontiguousarray(centers, dtype=X.dtype), "centers")
     d = map_reduce_weighted(X, sample_weight, _lloyd_chunk, _lloyd_combine,
                             args=(c, with_moments), split_every=split_every, name="lloyd")
@@ -180,6 +183,17 @@ def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weigh
     if res["bad"]:
         raise_bad(res["bad"])
     return res
+
+
+def check_lloyd_memory(what, X, n_clusters, *, weighted=False):
+    """Refuse a pass assigning X's chunks to ``n_clusters`` centers whose task cannot
+    fit a worker (:func:`~dqkm.parallel.memory.check_pass_memory`): its chunk, the
+    chunk's labels (int32) and distances (float64), its weights when weighted, and
+    the centers with the float64 per-cluster sums (the kernels' tiles stay in cache)."""
+    K, d = int(n_clusters), int(X.shape[1])
+    per_row = 4 + 8 + (8 if weighted else 0)
+    return check_pass_memory(what, X, per_row=per_row,
+                             fixed=K * d * (X.dtype.itemsize + 8) + 16 * K)
 
 
 # --------------------------------------------------------------------------- one step
@@ -257,6 +271,7 @@ def assign(X, centers):
     overflow float64, raises :class:`~dqkm.exceptions.DataError` when computed.
     """
     centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    check_lloyd_memory("KMeans labels pass", X, len(centers))
     return map_rows_at(X, _assign_block, centers, dtype=np.int32, name="assign")
 
 
@@ -352,9 +367,44 @@ def sample_rows(X, n, rng, *, dense=True, sample_weight=None):
         return as_out(rows), np.asarray(w, dtype=np.float64)
     idx = np.sort(rng.choice(N, size=n, replace=False))
     if sample_weight is None:
-        return as_out(compute(X[idx])[0])
-    rows, w = compute(X[idx], sample_weight[idx])
-    return as_out(rows), np.asarray(w, dtype=np.float64)
+        return as_out(_take_sorted_rows(X, idx))
+    (w,) = compute(sample_weight[idx])
+    return as_out(_take_sorted_rows(X, idx)), np.asarray(w, dtype=np.float64)
+
+
+def _rows_of_block(block, idx, index, offset):
+    """The rows ``idx`` (sorted, in the sub-array's coordinates) that lie in this block."""
+    lo, hi = np.searchsorted(idx, [offset, offset + block.shape[0]])
+    return {int(index): block[idx[lo:hi] - offset]}
+
+
+def _merge_dicts(parts):
+    out = {}
+    for p in parts:
+        out.update(p)
+    return out
+
+
+def _take_sorted_rows(X, idx):
+    """``X[idx]`` (``idx`` sorted, distinct) by one task per chunk holding rows of it, each
+    reading its chunk itself (:func:`~dqkm.parallel.engine.map_blocks_reduce`): dask's
+    ``X[idx]`` read chunks as tasks of their own, which a worker read ahead of their
+    use (several chunks of X held at once)."""
+    offsets = block_offsets(X.chunks[0])
+    which = np.searchsorted(offsets, idx, side="right") - 1
+    touched = np.unique(which)
+    sub = X.blocks[touched.tolist()] if len(touched) < X.numblocks[0] else X
+    sub_offsets = block_offsets(sub.chunks[0])
+    pos = np.searchsorted(touched, which)
+    local = idx - offsets[which] + sub_offsets[pos]  # idx in sub's rows, still sorted
+    d = map_blocks_reduce(sub, _rows_of_block, _merge_dicts,
+                          args=(broadcast(local, "sample-rows"),), with_offsets=True,
+                          name="sample-rows")
+    (parts,) = compute(d)
+    parts = [parts[i] for i in sorted(parts)]
+    if any(sp.issparse(p) for p in parts):
+        return sp.vstack(parts, format="csr")
+    return np.concatenate(parts)
 
 
 def _es_chunk(weights, n, seed, index, offset):

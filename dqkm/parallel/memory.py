@@ -16,6 +16,17 @@ divided by its threads (tasks run side by side).  Where the workers have no
 pause or terminate threshold the headroom rule has no line to keep below, and
 a task may use :data:`TASK_FRACTION` of the limit per thread; where they do,
 it may use no more than that either.
+
+A worker's own memory is measured, not assumed, because it is not constant:
+it grows when the worker first runs a kind of task (the modules and numba
+kernels that task loads) and by distributed's bounded logs of recent tasks,
+and glibc may keep freed memory for reuse (where ``MALLOC_TRIM_THRESHOLD_`` is
+unset, as dqkm's cluster configurations do by default; distributed's nanny
+sets it low: see distributed's "Worker Memory Management" page).  dqkm keeps
+nothing on a worker between tasks (no cache, no scratch buffers, no results
+but those a fit persists), so that memory is not dqkm's to release; it calls
+no ``malloc_trim``, which distributed documents as a diagnostic experiment,
+not as a practice.
 """
 
 from __future__ import annotations
@@ -23,14 +34,18 @@ from __future__ import annotations
 import math
 
 import dask
+import numpy as np
 import psutil
 
+from ..data.spill import spill_task_parts
 from ..exceptions import DataError
-from .engine import active_client, scheduler_workers
+from .engine import active_client, compute, scheduler_workers
 
 __all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget",
            "worker_headroom", "resident_budget", "check_task_memory", "check_resident_memory",
-           "row_tile", "MemoryBudgetError", "format_bytes"]
+           "row_tile", "check_pass_memory", "chunk_bytes", "CHUNK_KNOBS",
+           "check_shuffle_memory", "gather_rows", "MemoryBudgetError",
+           "format_bytes"]
 
 #: The share of a worker's memory_limit (per thread) one task may use at most.
 TASK_FRACTION = 0.5
@@ -224,3 +239,84 @@ def row_tile(what, *, rows, per_row, fixed, knobs, min_rows=1, budget=None):
                              f"a tile of {low} rows": int(per_row) * low}, knobs, budget)
     fits = math.floor((budget - fixed) / max(1, per_row))
     return int(max(low, min(rows, fits)))
+
+
+#: How to make a pass over chunks of X fit that does not.
+CHUNK_KNOBS = ("Store X in chunks of fewer rows (or rechunk it), or give the workers a larger "
+               "memory_limit (or fewer threads each).")
+
+
+def chunk_bytes(X):
+    """Bytes of the largest row chunk of a dense Dask array ``X`` (None for
+    sparse chunks, whose size is their non-zeros', or a non-2-D X)."""
+    meta = getattr(X, "_meta", None)
+    if getattr(X, "ndim", 0) != 2 or not isinstance(meta, np.ndarray):
+        return None
+    return max(X.chunks[0], default=0) * int(X.shape[1]) * X.dtype.itemsize
+
+
+def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results",
+                      state="the broadcast state and partial sums", knobs=CHUNK_KNOBS):
+    """Refuse, before it starts, a pass over dense ``X`` whose task cannot fit.
+
+    One task holds its chunk of X, ``per_row`` bytes per row of it (the kernel's
+    per-row outputs: labels, distances, ...) and ``fixed`` bytes (the state it
+    is given and the partial result it returns); the kernels tile their
+    temporaries to the cache, so these are the task's working set.
+
+    Returns
+    -------
+    int or None
+        The bytes one task needs (None for sparse chunks: not checked).
+
+    Raises
+    ------
+    MemoryBudgetError
+        When that exceeds :func:`task_budget` (with the parts it counted).
+    """
+    chunk = chunk_bytes(X)
+    if chunk is None:
+        return None
+    rows = max(X.chunks[0], default=0)
+    return check_task_memory(what, {"chunk of X": chunk, work: int(per_row) * rows,
+                                    state: int(fixed)}, knobs)
+
+
+def check_shuffle_memory(Xd):
+    """Refuse, before any pass, a ClusterIndex build through the spill-file shuffle
+    (:func:`dqkm.parallel.shuffle.permute_rows`) whose tasks cannot fit a worker.
+
+    Phase 1 of the shuffle holds, per task, one block of X with its rows'
+    destinations, sort order and squared norms and one sorted tile
+    (:func:`dqkm.data.spill.spill_task_parts`); phase 2 holds one ~1 MB output
+    block.  Raises :class:`MemoryBudgetError` with the memory that task needs
+    when the tightest worker's headroom (:func:`task_budget`) is smaller;
+    returns the bytes.
+    """
+    rows = max(Xd.chunks[0], default=0)
+    parts = spill_task_parts(rows, Xd.shape[1] * Xd.dtype.itemsize, sq_norms=True)
+    return check_task_memory("ClusterIndex build (shuffle of X's rows by cluster)", parts,
+                             CHUNK_KNOBS)
+
+
+def gather_rows(arr):
+    """A 1-D Dask array (e.g. labels) as a NumPy array on the driver, its blocks
+    fetched a few at a time.
+
+    ``compute`` of a whole array concatenates its blocks in one task on one
+    worker (then sends that copy): twice the array on that worker, which on a
+    large X is more than its headroom.  Here the workers compute waves of two
+    blocks per thread, each wave fetched before the next starts, and the driver
+    concatenates: a worker holds no more than a wave's blocks.
+    """
+    client = active_client()
+    if client is None or arr.numblocks[0] <= 1:
+        return np.asarray(compute(arr)[0])
+    threads = sum(max(1, int(w.get("nthreads") or 1))
+                  for w in scheduler_workers(client).values())
+    wave = max(2, 2 * threads)
+    blocks = list(np.asarray(arr.to_delayed(optimize_graph=True)).ravel())
+    parts = []
+    for a in range(0, len(blocks), wave):
+        parts.extend(np.asarray(p) for p in compute(*blocks[a:a + wave]))
+    return np.concatenate(parts)

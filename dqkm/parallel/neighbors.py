@@ -31,6 +31,7 @@ from ..data.index_store import (INDEX_FORMAT_VERSION, open_index_arrays, read_in
 from ..kernels.cluster_search import pruning_gammas, tile_topk
 from .engine import broadcast, compute, cpu_count, map_rows
 from .finite import check_block, map_rows_at
+from .memory import check_shuffle_memory
 from .shuffle import permute_rows, remove_spill, spill_directory
 
 __all__ = ["InvertedIndex", "build_index", "search", "probe_clusters", "nystroem_map",
@@ -111,6 +112,11 @@ def _sq_norms_block(block):
     return np.einsum("ij,ij->i", block, block, dtype=np.float64)
 
 
+def shuffles_through_files(path) -> bool:
+    """Whether :func:`build_index` writes to ``path`` through the spill-file shuffle."""
+    return path is not None and "://" not in str(path)
+
+
 def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=None):
     """Group the rows of ``Xd`` by ``labels``.
 
@@ -137,7 +143,9 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
     Written to a local path, the shuffle goes through spill files beside it
     (:func:`dqkm.parallel.shuffle.permute_rows`), so that no task holds more
     than about two blocks of X; in memory or to a URL it is dask's ``take``.
-    The driver holds ``n_samples`` integers.
+    Before it, a shuffle task that cannot fit a worker is refused
+    (:func:`~dqkm.parallel.memory.check_shuffle_memory`).  The driver holds
+    ``n_samples`` integers (the row ids, which it writes itself).
     """
     labels = np.asarray(labels).astype(np.int64, copy=False)
     order = np.argsort(labels, kind="stable")
@@ -149,7 +157,9 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
         index = InvertedIndex(offsets, X=Xs, ids=order, sq_norms=_sq_norms_block(Xs))
         return index, extra_sorted
     rows = int(max(1, min(Xd.shape[0], _ZARR_CHUNK_BYTES // max(1, Xd.shape[1] * Xd.itemsize))))
-    local = "://" not in str(path)
+    local = shuffles_through_files(path)
+    if local:  # measured again now: the labels pass ran since the caller's check
+        check_shuffle_memory(Xd)
     spill = spill_directory(path) if local else None
     try:
         if local:  # bounded task memory: X may be larger than the workers' memory
@@ -158,8 +168,9 @@ def build_index(Xd, labels, n_clusters, *, path=None, overwrite=False, extra=Non
         else:
             Xs = _take_rows(Xd, order).rechunk({0: rows, 1: -1})
             sq = map_rows(Xs, _sq_norms_block, dtype=np.float64, name="sq-norms")
-        arrays = {"X": Xs, "sq_norms": sq, "ids": da.from_array(order, chunks=rows),
-                  "offsets": offsets}
+        # ids (n_samples int64, on the driver already) are written from here: as a Dask
+        # array they would be chunks of data in the graph, shipped to and held by workers
+        arrays = {"X": Xs, "sq_norms": sq, "ids": order, "offsets": offsets}
         for k, v in extra_sorted.items():
             arrays[f"extra_{k}"] = v
         path = write_index_store(arrays, path, overwrite=overwrite, n_clusters=n_clusters,

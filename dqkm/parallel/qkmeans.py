@@ -25,7 +25,8 @@ from ..kernels.lloyd import partials_from_labels
 from .engine import (PerBlock, active_client, block_offsets, broadcast, compute,
                      map_blocks_reduce)
 from .finite import describe_bad, map_rows_at, raise_bad
-from .lloyd import _inertia_combine, _lloyd_combine, _moments, tolerance_from_moments
+from .lloyd import (_inertia_combine, _lloyd_combine, _moments, check_lloyd_memory,
+                    tolerance_from_moments)
 
 __all__ = ["qkmeans_step", "qk_pass", "assign_factors", "factor_distances",
            "factor_inertia", "aligned_weights", "operator_state", "batch_partials",
@@ -251,6 +252,9 @@ def qk_pass(X, factors, *, split_every=None, with_moments=False, sample_weight=N
     """One pass: sums, counts and objective for the assignment by ``factors``
     (weighted by ``sample_weight``, a Dask array aligned with X's row chunks,
     when given: then ``counts`` are the float64 weight sums)."""
+    # the task's working set is a Lloyd task's (chunk, labels, distances, the dense
+    # K × D centers and sums); the operator's tiles stay in cache
+    check_lloyd_memory("QKMeans pass", X, factors.shape[0], weighted=sample_weight is not None)
     prepare_worker_kernels(factors, X.dtype, sample_weight is not None)
     st = broadcast(_state(factors, X.dtype), "factors")
     if sample_weight is None:
@@ -392,6 +396,8 @@ def factor_inertia(X, factors, *, split_every=None, sample_weight=None):
     """The QK-means objective (eq. 5) of X for ``factors``, weighted by
     ``sample_weight`` (aligned with X's row chunks) when given: one pass;
     refuses X as :func:`qk_pass`."""
+    check_lloyd_memory("QKMeans objective pass", X, factors.shape[0],
+                       weighted=sample_weight is not None)
     prepare_worker_kernels(factors, X.dtype, sample_weight is not None)
     st = broadcast(_state(factors, X.dtype), "factors")
     if sample_weight is not None:

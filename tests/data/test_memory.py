@@ -5,6 +5,7 @@ every graph."""
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 
@@ -283,3 +284,87 @@ def test_a_stale_heartbeat_is_measured_again_before_a_refusal(dist_client, monke
         assert fresh > 0
         assert memory.check_task_memory("a pass", {"chunk": int(fresh // 2)}, "") == fresh // 2
         assert memory.row_tile("a pass", rows=1000, per_row=8, fixed=0, knobs="") == 1000
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("name,what", [("KMeans", "KMeans (Lloyd) pass"),
+                                       ("QKMeans", "QKMeans pass")])
+def test_lloyd_and_qk_passes_are_refused_when_their_task_cannot_fit(monkeypatch, name, what):
+    """A KMeans (Lloyd) or QKMeans pass over dense chunks is checked before it starts:
+    its task (the chunk, its labels and distances, the centers and the float64 sums) is
+    held against the tightest worker's headroom; with room for it the fit runs as
+    without a budget, without, it is refused naming the memory needed and the knob."""
+    from dqkm.parallel import memory
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    X, _ = make_blobs(4000, 16, centers=3, random_state=0)
+    Xd = da.from_array(X.astype(np.float32), chunks=1000)
+    chunk, per_row = 1000 * 16 * 4, 4 + 8
+    fixed = 3 * 16 * (4 + 8) + 16 * 3
+
+    def make():
+        if name == "KMeans":
+            return dqkm.KMeans(3, max_iter=3, random_state=0, persist=False)
+        return dqkm.QKMeans(3, sparsity=2, max_iter=2, palm_iter=5, random_state=0,
+                            persist=False)
+
+    ref = make().fit(Xd)
+    monkeypatch.setattr(memory, "task_budget",
+                        lambda fresh=False: chunk + 1000 * per_row + fixed)
+    fits = make().fit(Xd)
+    np.testing.assert_array_equal(np.asarray(fits.labels_), np.asarray(ref.labels_))
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: chunk + 999 * per_row)
+    with pytest.raises(MemoryBudgetError, match=rf"{re.escape(what)}: one task needs about "
+                       r".*chunk of X 62 KiB.*but a worker can give a task .*Store X in "
+                       r"chunks of fewer rows"):
+        make().fit(Xd)
+
+
+def test_cluster_index_build_is_refused_before_its_clusterer_is_fitted(monkeypatch, tmp_path):
+    """A ClusterIndex written to a local store whose shuffle task (a block of X with its
+    rows' destinations, order and norms, and one sorted tile) cannot fit a worker is
+    refused before the clusterer's fit and before any pass, naming what that task holds;
+    no store is left behind."""
+    from dqkm.data.spill import spill_task_parts
+    from dqkm.neighbors import ClusterIndex
+    from dqkm.parallel import memory
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    X, _ = make_blobs(4000, 16, centers=3, random_state=0)
+    Xd = da.from_array(X.astype(np.float32), chunks=1000)
+    need = sum(spill_task_parts(1000, 16 * 4, sq_norms=True).values())
+    assert need == 1000 * 64 + 1000 * 32 + 1000 * 64
+    monkeypatch.setattr(memory, "task_budget", lambda fresh=False: need - 1)
+    fitted = []
+    km = dqkm.KMeans(3, max_iter=3, random_state=0, persist=False)
+    monkeypatch.setattr(dqkm.KMeans, "fit", lambda self, *a, **k: fitted.append(self))
+    index = ClusterIndex(km, store=str(tmp_path / "index.zarr"))
+    with pytest.raises(MemoryBudgetError, match=r"ClusterIndex build \(shuffle of X's rows by "
+                       r"cluster\): one task needs about 156 KiB \(block of X 62 KiB, "
+                       r"destinations, sort order and norms 31 KiB, one sorted tile 62 KiB\)"):
+        index.fit(Xd)
+    assert fitted == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.distributed
+def test_labels_reach_the_driver_a_wave_of_blocks_at_a_time(dist_client, monkeypatch):
+    """gather_rows (the ClusterIndex build's labels) fetches a 1-D array's blocks in waves
+    of two per worker thread and concatenates them on the driver: no task concatenates
+    the whole array on one worker (a compute of the array did: twice its size there)."""
+    from dqkm.parallel import memory
+
+    calls = []
+    real = memory.compute
+
+    def spy(*objs):
+        calls.append(len(objs))
+        for o in objs:  # blocks, never the array or its concatenation
+            assert not isinstance(o, da.Array)
+        return real(*objs)
+
+    monkeypatch.setattr(memory, "compute", spy)
+    arr = da.arange(1000, chunks=50, dtype=np.int32)
+    out = memory.gather_rows(arr)
+    threads = sum(w["nthreads"] for w in dist_client.scheduler_info()["workers"].values())
+    np.testing.assert_array_equal(out, np.arange(1000, dtype=np.int32))
+    assert sum(calls) == 20 and max(calls) == 2 * threads
