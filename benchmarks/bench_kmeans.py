@@ -4,7 +4,7 @@ Same data (float32, generated once and written to Zarr), same initial centers,
 ``tol=0`` and a fixed number of iterations for every method.  Prints seconds per
 iteration and ratios.  Run:
 
-    .venv/bin/python benchmarks/bench_kmeans.py            # cases (a) and (b)
+    .venv/bin/python benchmarks/bench_kmeans.py [--markdown]   # cases (a) and (b)
     .venv/bin/python benchmarks/bench_kmeans.py --quick    # smaller, for a smoke run
     .venv/bin/python benchmarks/bench_kmeans.py --memory   # out-of-core: store 2x the cluster memory
 
@@ -144,18 +144,22 @@ def daskml_per_iter(Xz, init, n_iter):
 
 
 def print_table(name, rows):
+    """Print (and return as Markdown) one case's table: seconds per iteration and
+    the ratios to scikit-learn, the GEMM bound and dask-ml."""
     sk = rows["sklearn KMeans (lloyd, in memory)"]
     gemm = rows["one X·Cᵀ GEMM (2 BLAS threads)"]
     dm = rows.get("dask-ml KMeans, threads, from Zarr")
-    print(f"\n### {name}\n")
-    print("| method | s / iteration | × sklearn | × GEMM | × dask-ml (threads) |")
-    print("|---|---|---|---|---|")
+    body = []
     for label, t in rows.items():
         if isinstance(t, str):
-            print(f"| {label} | {t} | | | |")
+            body.append([label, t, "", "", ""])
             continue
         r_dm = f"{t / dm:.2f}" if isinstance(dm, float) else "–"
-        print(f"| {label} | {t:.3f} | {t / sk:.2f} | {t / gemm:.2f} | {r_dm} |")
+        body.append([label, f"{t:.3f}", f"{t / sk:.2f}", f"{t / gemm:.2f}", r_dm])
+    table = markdown_table(["method", "s / iteration", "× sklearn", "× GEMM",
+                            "× dask-ml (threads)"], body)
+    print(f"\n### {name}\n\n{table}")
+    return f"## {name}\n\n{table}"
 
 
 def memory_case(tmp, quick=False):
@@ -288,7 +292,7 @@ def run_lowd(args):
     table = markdown_table(headers, rows)
     print("\n" + table)
     if args.markdown:
-        write_page("kmeans", "K-means per iteration, low dimension", table, notes=(
+        write_page("kmeans_lowd", "K-means per iteration, low dimension", table, notes=(
             f"Seconds per Lloyd iteration, {args.rows:,} rows of float32 blobs in 8 persisted "
             "chunks, Dask's threaded scheduler, the same initial centers for every method, "
             f"`tol=0`, up to {args.iters} iterations, best of {args.repeat} interleaved runs. "
@@ -487,59 +491,32 @@ def run_ooc(args, tmp):
     return table
 
 
-def _page_section(text, heading):
-    """The section of ``text`` that starts with ``heading`` (up to the next '## ')."""
-    start = text.find(heading)
-    if start < 0:
-        return ""
-    end = text.find("\n## ", start + len(heading))
-    return text[start:end if end >= 0 else len(text)].strip()
-
-
-def write_bounds_page(args, converge, ooc):
-    """The page's bound-pruning sections; the low-dimension table of the last
-    ``--lowd`` run (if the page holds one) is kept below them."""
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks", "kmeans.md")
-    kept, text = "", ""
-    if os.path.exists(path):
-        with open(path) as f:
-            text = f.read()
-        start = text.find("Seconds per Lloyd iteration")
-        if start >= 0:
-            kept = ("\n\n## Per iteration, low dimension (the last `--lowd` run, kept from "
-                    "the previous version of this page)\n\n" + text[start:].strip())
-    parts = []
+def write_bounds_pages(args, converge, ooc):
+    """``--converge`` writes docs/benchmarks/kmeans.md, ``--ooc``
+    docs/benchmarks/kmeans_ooc.md: one page per kind of run, each the table of
+    this run only (history lives in git)."""
     if converge is not None:
         table, skip_table = converge
-        parts.append(
-            "## Whole fit to convergence with exact bounds\n\n"
-            f"{args.rows:,} rows of blobs (`cluster_std=4`, centers in [−50, 50]; float32, "
-            "float64 at D = 64 where float32 X runs 'lloyd') in 8 "
-            "persisted chunks, Dask's threaded scheduler; every method starts from the same "
-            "initial centers with `tol=1e-4`; scikit-learn runs in memory with 2 threads. "
-            "Seconds for the whole fit, best of "
-            f"{args.repeat} interleaved runs. The last column says whether 'hamerly' and "
-            "'elkan' gave the centers, inertia and n_iter of dqkm's 'lloyd' exactly (checked "
-            "in the run).\n\n" + table
-            + "\n\nShare of row-center distances skipped by the bounds, by iteration (the "
-            "first pass has no bounds yet and computes them all):\n\n" + skip_table)
-    old_ooc = _page_section(text, "## Out of core: the bounds' extra I/O")
-    if ooc is None and old_ooc:  # not rerun: the previous run's section stays
-        parts.append(old_ooc.replace("## Out of core: the bounds' extra I/O",
-                                     "## Out of core: the bounds' extra I/O (an earlier run, "
-                                     "kept from the previous version of this page)", 1))
+        write_page("kmeans", "K-means: whole fits to convergence with exact bounds",
+                   table + "\n\nShare of row-center distances skipped by the bounds, by "
+                   "iteration (the first pass has no bounds yet and computes them all):\n\n"
+                   + skip_table, notes=(
+                       f"{args.rows:,} rows of blobs (`cluster_std=4`, centers in [−50, 50]; "
+                       "float32, float64 at D = 64 where float32 X runs 'lloyd') in 8 "
+                       "persisted chunks, Dask's threaded scheduler; every method starts from "
+                       "the same initial centers with `tol=1e-4`; scikit-learn runs in memory "
+                       "with 2 threads. Seconds for the whole fit, best of "
+                       f"{args.repeat} interleaved runs. The last column says whether "
+                       "'hamerly' and 'elkan' gave the centers, inertia and n_iter of dqkm's "
+                       "'lloyd' exactly (checked in the run)."))
     if ooc is not None:
-        parts.append(
-            "## Out of core: the bounds' extra I/O\n\n"
-            "Zarr store on local disk, `distributed.LocalCluster` of 2 single-thread workers, "
-            "`persist=False` (every pass re-reads X). 'hamerly' keeps 3 numbers per row, float32 "
-            "rounded outward in files; "
-            "in files, every pass reads the previous pass's file and writes its own. Seconds "
-            f"per iteration, mean of iterations 2 … {args.iters}, best of {args.repeat}; the "
-            "\"files − memory\" column is the files' cost as a share of a Lloyd pass.\n\n"
-            + ooc)
-    write_page("kmeans", "K-means: whole fits with exact bounds, out of core, low dimension",
-               "\n\n".join(parts) + kept)
+        write_page("kmeans_ooc", "K-means out of core: the bounds' extra I/O", ooc, notes=(
+            "Zarr store on local disk, `distributed.LocalCluster` of 2 single-thread "
+            "workers, `persist=False` (every pass re-reads X). 'hamerly' keeps 3 numbers per "
+            "row, float32 rounded outward in files; in files, every pass reads the previous "
+            "pass's file and writes its own. Seconds per iteration, mean of iterations 2 … "
+            f"{args.iters}, best of {args.repeat}; the \"files − memory\" column is the "
+            "files' cost as a share of a Lloyd pass."))
 
 
 def main():
@@ -580,7 +557,7 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 ooc = run_ooc(args, tmp)
         if args.markdown:
-            write_bounds_page(args, converge, ooc)
+            write_bounds_pages(args, converge, ooc)
         return
     with tempfile.TemporaryDirectory() as tmp:
         if args.memory:
@@ -590,10 +567,21 @@ def main():
                  ("(b) 100k × 1024, K = 512", 100_000, 1024, 512)]
         if args.quick:
             cases = [("quick 20k × 64, K = 16", 20_000, 64, 16)]
+        tables = []
         for name, n, d, k in cases:
             rows = run_case(name.split()[0], n, d, k, args.iters, tmp,
                             with_daskml=not args.no_dask_ml)
-            print_table(name, rows)
+            tables.append(print_table(name, rows))
+        if args.markdown and not args.quick:
+            write_page("kmeans_iteration", "K-means per iteration: dqkm, scikit-learn, dask-ml",
+                       "\n\n".join(tables), notes=(
+                           "Same float32 data (written once to Zarr), same initial centers, "
+                           f"`tol=0`, {args.iters} iterations for every method; seconds per "
+                           "iteration = fit time / iterations (the final assignment pass "
+                           "included). \"from Zarr\" is Zarr's default codec; \"(uncompressed)\" "
+                           "the same data written with `compressors=None`. scikit-learn runs "
+                           "in memory with 2 threads; \"one X·Cᵀ GEMM\" is the BLAS product "
+                           "alone, the bound a GEMM-based Lloyd pass cannot beat."))
 
 
 if __name__ == "__main__":

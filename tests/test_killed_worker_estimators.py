@@ -67,3 +67,40 @@ def test_killed_worker_does_not_change_the_result(tmp_path, name):
                                atol=1e-6)
     np.testing.assert_array_equal(labels, np.asarray(reference.labels_))
     assert est.n_iter_ == reference.n_iter_
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_killed_worker_does_not_change_the_cluster_index(tmp_path):
+    """The ClusterIndex build (its clusterer's fit, the spill-file shuffle of X's rows
+    by cluster, the store write) with a worker killed mid-build: the same clusters,
+    the same stored order and the same neighbours as the build without a fault."""
+    from distributed import Client, LocalCluster
+
+    from dqkm.neighbors import ClusterIndex
+
+    X, _ = datasets.make_blobs(20_000, 8, 5, cluster_std=2.0, chunks=2000, random_state=0,
+                               path=tmp_path / "d.zarr")
+    Q = np.asarray(X[:50])
+
+    def build(data, store):
+        return ClusterIndex(dqkm.KMeans(5, max_iter=4, tol=0, persist=False, random_state=0),
+                            n_probe=2, store=str(store)).fit(data)
+
+    reference = build(X, tmp_path / "ref.zarr")
+    counter = str(tmp_path / "reads")
+    Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client:
+        pids = set(client.run(os.getpid).values())
+        index = build(Xk, tmp_path / "index.zarr")
+        assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
+        dist, ind = index.kneighbors(Q, 3)
+    with open(counter) as f:
+        assert len(f.read()) > KILL_AT  # the chunk was read again after the kill
+    np.testing.assert_array_equal(index.cluster_sizes_, reference.cluster_sizes_)
+    np.testing.assert_array_equal(np.asarray(index.index_.offsets),
+                                  np.asarray(reference.index_.offsets))
+    ref_dist, ref_ind = reference.kneighbors(Q, 3)
+    np.testing.assert_array_equal(ind, ref_ind)
+    np.testing.assert_allclose(dist, ref_dist, rtol=1e-6)

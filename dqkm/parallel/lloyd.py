@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
-from .engine import PerBlock, broadcast, compute, driver_blas, map_blocks_reduce
+from .engine import PerBlock, block_offsets, broadcast, compute, driver_blas, map_blocks_reduce
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 from .memory import check_pass_memory
 
