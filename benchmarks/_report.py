@@ -26,7 +26,8 @@ import platform
 import shlex
 import sys
 
-PAGES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "benchmarks")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = os.path.join(ROOT, "docs", "benchmarks")
 
 _LIBRARIES = ("numpy", "scipy", "numba", "dask", "distributed", "zarr", "scikit-learn",
               "dask-ml", "faiss-cpu", "pyfaust")
@@ -71,8 +72,9 @@ def _load():
 
 def machine_header(command=None):
     """Markdown lines describing this run: machine, BLAS, versions, date, command."""
-    command = command or " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0])]
-                                  + sys.argv[1:])
+    # The script's path from the repository root, wherever the run was started.
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
+    command = command or " ".join(shlex.quote(a) for a in [script] + sys.argv[1:])
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return [
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, "

@@ -102,10 +102,12 @@ _POLL = 2.0
 
 def scheduler_workers(client) -> dict:
     """Every worker's info from the scheduler (newer ``distributed`` lists only 5
-    unless asked for all with ``n_workers=-1``)."""
+    unless asked for all with ``n_workers=-1``); empty while the client has no
+    scheduler (its cached info then holds no ``workers``: a lost scheduler is told
+    by the computation's own error, not by a KeyError here)."""
     params = inspect.signature(client.scheduler_info).parameters
     info = client.scheduler_info(n_workers=-1) if "n_workers" in params else client.scheduler_info()
-    return info["workers"]
+    return info.get("workers", {})
 
 
 def _paused_message(workers, seconds) -> str:
