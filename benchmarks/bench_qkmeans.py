@@ -77,10 +77,9 @@ from dqkm.kernels.sparse_factors import SparseFactors  # noqa: E402
 
 _NOTES = """\
 The parts of `bench_qkmeans.py` named in the command above (see its docstring for what
-each measures).  Measured on this branch, without the faster palm4MSA iteration of the
-palm4MSA work, on the shared 2-core machine under load (eight sessions): absolute seconds
-are inflated; ratios come from one run.  "measured" rows were timed whole; "extrapolated"
-rows are computed from measured parts, as the row says.
+each measures).  Absolute seconds depend on the machine and its load (the header gives
+the load average); the ratios come from one run, side by side.  "measured" rows were timed
+whole; "extrapolated" rows are computed from measured parts, as the row says.
 """
 
 
