@@ -51,6 +51,9 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _results_file import load_results, save_results  # noqa: E402,F401
 
 import dqkm  # noqa: E402
 from dqkm import datasets  # noqa: E402
@@ -210,31 +213,6 @@ def settings(name, a):
     if name == "blobs":
         out["blob_centers"] = a.blob_centers
     return out
-
-
-def load_results(path):
-    if not path or not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return json.load(f)
-
-
-def _key_text(record):
-    return json.dumps(record["key"], sort_keys=True)
-
-
-def save_results(path, results):
-    """Write the whole file under a temporary name, then rename: never half-written.
-
-    Records another run wrote to the file since this one read it are kept
-    (merged by key), so runs of other cases may share one file.
-    """
-    merged = {_key_text(r): r for r in load_results(path)}
-    merged.update((_key_text(r), r) for r in results)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(list(merged.values()), f, indent=1)
-    os.replace(tmp, path)
 
 
 def svm_summary(results):

@@ -43,7 +43,6 @@ records as these tables.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -55,6 +54,9 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _results_file import load_results, save_results  # noqa: E402,F401
 
 import dqkm  # noqa: E402
 from dqkm import datasets  # noqa: E402
@@ -242,36 +244,6 @@ def provenance(argv, commit):
             "machine": {"cores": os.cpu_count(),
                         "load average": [round(x, 2) for x in os.getloadavg()]},
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
-
-
-def load_results(path):
-    """The records stored in ``path`` (none when it does not exist)."""
-    if not path or not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _key_text(record):
-    return json.dumps(record["key"], sort_keys=True)
-
-
-def save_results(path, records):
-    """Write the whole file under a temporary name, then rename: never half-written.
-
-    Records another run wrote to the file since this one read it are kept
-    (merged by key), so runs of other cases may share one file.
-    """
-    merged = {_key_text(r): r for r in load_results(path)}
-    merged.update((_key_text(r), r) for r in records)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(list(merged.values()), f, indent=1, ensure_ascii=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def table_values(records):

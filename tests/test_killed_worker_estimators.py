@@ -6,6 +6,7 @@ timed thread; here a task of the pass kills its own worker process the
 every run.
 """
 
+import contextlib
 import logging
 import os
 import signal
@@ -43,19 +44,26 @@ def _estimators():
     }
 
 
+@contextlib.contextmanager
+def _two_workers():
+    """A client of a LocalCluster of two single-thread worker processes."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @pytest.mark.parametrize("name", list(_estimators()))
 def test_killed_worker_does_not_change_the_result(tmp_path, name):
-    from distributed import Client, LocalCluster
-
     X, _ = datasets.make_blobs(20_000, 8, 5, cluster_std=2.0, chunks=2000, random_state=0,
                                path=tmp_path / "d.zarr")
     reference = _estimators()[name]().fit(X)
     counter = str(tmp_path / "reads")
     Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
+    with _two_workers() as client:
         pids = set(client.run(os.getpid).values())
         est = _estimators()[name]().fit(Xk)
         labels = np.asarray(dask.compute(est.labels_)[0])
@@ -74,8 +82,6 @@ def test_killed_worker_does_not_change_the_cluster_index(tmp_path):
     """The ClusterIndex build (its clusterer's fit, the spill-file shuffle of X's rows
     by cluster, the store write) with a worker killed mid-build: the same clusters,
     the same stored order and the same neighbours as the build without a fault."""
-    from distributed import Client, LocalCluster
-
     from dqkm.neighbors import ClusterIndex
 
     X, _ = datasets.make_blobs(20_000, 8, 5, cluster_std=2.0, chunks=2000, random_state=0,
@@ -89,9 +95,7 @@ def test_killed_worker_does_not_change_the_cluster_index(tmp_path):
     reference = build(X, tmp_path / "ref.zarr")
     counter = str(tmp_path / "reads")
     Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
-            Client(cluster) as client:
+    with _two_workers() as client:
         pids = set(client.run(os.getpid).values())
         index = build(Xk, tmp_path / "index.zarr")
         assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
