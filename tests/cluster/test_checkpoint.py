@@ -215,7 +215,10 @@ def test_out_of_core_fit_larger_than_cluster_memory(tmp_path, record_property):
 
     limit = 512 * 2**20
     n, d = 5_000_000, 64
-    Xz, _ = datasets.make_blobs(n, d, 16, chunks=62_500, random_state=0,
+    # 8 MiB chunks: each pass's task is checked against the worker's headroom below the
+    # pause line, which with ~380 MiB of the worker's own memory was 16 MiB in one
+    # fresh-clone run, the size of a 62,500-row task (refused there, as it should be).
+    Xz, _ = datasets.make_blobs(n, d, 16, chunks=31_250, random_state=0,
                                 path=tmp_path / "big.zarr")
     assert Xz.nbytes > 2 * limit
     estimators = [dqkm.KMeans(16, max_iter=3, tol=0, persist=False, random_state=0),
