@@ -236,9 +236,11 @@ def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_pa
     """A ClusterIndex build whose shuffle task cannot fit the workers is refused with
     MemoryBudgetError, naming the memory that task needs, before any of its passes: no
     worker reads a block of X (its peak RSS, the kernel's high-water mark reset before
-    the fit, stays within half a block of where it started) and none is restarted.  Two 64 MiB chunks on 450 MiB
-    workers (pause line 360 MiB; a worker itself holds ~280 MiB): a shuffle task holds
-    its block, the rows' destinations, order and norms and a sorted tile (~84 MiB).
+    the fit, stays within a quarter block of where it started) and none is restarted.
+    Two 128 MiB chunks on 520 MiB workers (pause line 416 MiB; a worker itself holds
+    280–390 MiB: 388 MiB in a fresh clone, where 450 MiB workers were paused before any
+    task): a shuffle task holds its block, the rows' destinations, order and norms and a
+    sorted tile (~150 MiB), more than any such worker has left below its pause line.
     (Before, the build ran anyway and each task reading its block paused its worker.)
     That a build which fits completes below the limit is
     test_out_of_core_fit_keeps_its_workers[ClusterIndex]."""
@@ -249,10 +251,10 @@ def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_pa
     if not os.path.exists("/proc/self/clear_refs"):
         pytest.skip("the peak RSS of a worker cannot be reset on this system (no clear_refs)")
     with dask.config.set({"scheduler": "threads"}):
-        X, _ = datasets.make_blobs(2 * 524_288, 32, 8, chunks=524_288, random_state=0,
+        X, _ = datasets.make_blobs(2 * 1_048_576, 32, 8, chunks=1_048_576, random_state=0,
                                    path=tmp_path / "X.zarr")
     km = dqkm.KMeans(8, max_iter=3, random_state=0).fit(X[:20_000].compute())  # on the driver
-    limit = 450 * 2**20
+    limit = 520 * 2**20
     pause = dask.config.get("distributed.worker.memory.pause") * limit
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None, silence_logs=logging.ERROR,
@@ -261,12 +263,12 @@ def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_pa
         start = client.run(_reset_peak_rss)
         index = ClusterIndex(km, store=str(tmp_path / "index.zarr"))
         with pytest.raises(MemoryBudgetError, match=r"ClusterIndex build .*one task needs "
-                                                    r"about .*block of X 64 MiB.*Store X in "
+                                                    r"about .*block of X 128 MiB.*Store X in "
                                                     r"chunks of fewer rows"):
             index.fit(X)
         peaks = client.run(_peak_rss)
         assert client.run(os.getpid) == pids, "a worker was restarted"
-    # No block of X (64 MiB) was read: a worker grew by less than half of one. (Its
+    # No block of X (128 MiB) was read: a worker grew by less than a quarter of one. (Its
     # absolute peak is not the measure: in an environment whose dask imports pull in
     # xarray, pandas and pyarrow a worker can start near or above the 360 MiB pause line
     # on its own; that is what the refusal's headroom sees.)
