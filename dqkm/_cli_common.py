@@ -71,7 +71,7 @@ def _scheduler(args):
             yield None
         return
     from .cluster_config import get_client
-    from .parallel.engine import scheduler_workers
+    from .data.execute import scheduler_workers
 
     if cluster_file:
         client = get_client(cluster_file)

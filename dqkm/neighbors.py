@@ -21,7 +21,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._validation import (Interval, InvalidParameterError, Predicate, check_value,
                           validate_params)
 from .cluster._base import is_lazy, validate_input
-from .parallel.engine import broadcast, compute, driver_memory_bytes
+from .parallel.engine import broadcast, compute
+from .parallel.persist import driver_memory_bytes
 from .parallel.finite import checked_rows
 from .parallel.data import to_dask
 from .parallel.memory import check_shuffle_memory, gather_rows

@@ -58,11 +58,14 @@ class RunResult:
 
 @dataclass(frozen=True)
 class FitResult:
-    """What :func:`run_fit` returns: the best run and its final objective."""
+    """What :func:`run_fit` returns: the best run, its final objective and, when
+    the algorithm's :meth:`~IterativeAlgorithm.finalize` computed them in the
+    same pass, the labels of X's rows under its final state (else None)."""
 
     value: float
     result: RunResult
     run: int
+    labels: object = None
 
 
 class IterativeAlgorithm(ABC):
@@ -114,8 +117,13 @@ class IterativeAlgorithm(ABC):
         """The inverse of :meth:`pack`."""
 
     @abstractmethod
-    def finalize(self, X, result: RunResult) -> float:
-        """The final objective of a run (compared across runs: lowest wins)."""
+    def finalize(self, X, result: RunResult):
+        """The final objective of a run (compared across runs: lowest wins).
+
+        An algorithm that computes the labels of X's rows in the same pass may
+        return ``(objective, labels)``: the driver keeps the best run's labels
+        (:attr:`FitResult.labels`) and drops the others'.
+        """
 
     # Optional hooks, with defaults that suit most algorithms.
     def converged(self, record, tol_abs) -> bool:
@@ -243,7 +251,7 @@ class _Fit:
         self.algo, self.X, self.n_init = algorithm, X, n_init
         self.callback, self.ck, self.checkpoint = callback, ck, checkpoint
         self.reporter = reporter
-        self.best = None  # (value, RunResult, run)
+        self.best = None  # (value, RunResult, run[, labels])
         self.saved = None  # (run, iteration) of the checkpoint's latest state
 
     def _save(self, run, state, history, tol_abs, converged, rng):
@@ -251,7 +259,7 @@ class _Fit:
         arrays = _prefixed("current_", algo.pack(state))
         best_meta = None
         if self.best is not None:
-            value, res, best_run = self.best
+            value, res, best_run = self.best[:3]
             arrays.update(_prefixed("best_", algo.pack(res.state)))
             best_meta = {"value": value, "run": best_run, "state_meta": algo.pack_meta(res.state),
                          **_result_meta(res)}
@@ -334,16 +342,24 @@ class _Fit:
                     state = self.algo.init_state(self.X, rng)
                     self.reporter.initialized()
                     res = self.iterate(run, state, rng)
-                value = float(self.algo.finalize(self.X, res))
+                value, labels = _value_and_labels(self.algo.finalize(self.X, res))
             except SchedulerLostError as e:
                 raise self._lost(e) from e
             self.reporter.end_run(res.n_iter, value, res.converged)
             logger.info("%s run %d/%d: objective %.6g after %d iterations", self.algo.name,
                         run + 1, self.n_init, value, res.n_iter)
             if self.best is None or value < self.best[0]:
-                self.best = (value, res, run)
-        value, res, run = self.best
-        return FitResult(value=value, result=res, run=run)
+                self.best = (value, res, run, labels)
+        value, res, run, labels = (*self.best, None)[:4]
+        return FitResult(value=value, result=res, run=run, labels=labels)
+
+
+def _value_and_labels(out):
+    """:meth:`IterativeAlgorithm.finalize`'s objective, or objective and labels."""
+    if isinstance(out, tuple):
+        value, labels = out
+        return float(value), labels
+    return float(out), None
 
 
 def run_fit(algorithm: IterativeAlgorithm, X, *, n_init=1, random_state=None, callback=None,

@@ -16,14 +16,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.bounds import BoundedPasses, choose_algorithm
-from ..parallel.engine import driver_blas, maybe_persist, release_persisted
+from ..parallel.engine import driver_blas
+from ..parallel.persist import maybe_persist, release_persisted, releases_persisted
 from ..exceptions import InvalidParameterError
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
                            validate_params)
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample
-from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, lloyd_step, sample_rows,
-                              weighted_sample_rows)
+from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, labels_and_inertia,
+                              lloyd_step, sample_rows, weighted_sample_rows)
 from ..parallel.relocate import relocate_empty_clusters
 from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
@@ -69,6 +70,8 @@ class LloydAlgorithm(IterativeAlgorithm):
         self.empty_clusters = getattr(estimator, "empty_clusters", "keep")
         self.sample_weight = None
         self._passes = None  # the bound-pruned passes and their per-row state
+        # finalize computes the labels with the inertia (one pass) for a fit that keeps them
+        self.with_labels = False
         self.bounds_directory = None  # where bounds in files go (the fit's checkpoint dir)
 
     def identity(self, X):
@@ -133,6 +136,10 @@ class LloydAlgorithm(IterativeAlgorithm):
 
     def finalize(self, X, result):
         # With a zero shift the last pass already used the final centers.
+        if self.with_labels:
+            labels, value = labels_and_inertia(X, result.state, split_every=self.split_every,
+                                               sample_weight=self.sample_weight)
+            return (result.last_objective if result.shift == 0 else value), labels
         if result.shift == 0:
             return result.last_objective
         return inertia(X, result.state, split_every=self.split_every,
@@ -498,14 +505,17 @@ class KMeans(CenterInference, DqkmClusterer):
                     "iterations do not read weights. Fit without sample_weight, or repeat "
                     "rows to weigh them.")
             algorithm.sample_weight = w
-        if checkpoint is not None and isinstance(algorithm, LloydAlgorithm):
-            algorithm.bounds_directory = str(checkpoint)  # bounds in files go there
+        if isinstance(algorithm, LloydAlgorithm):
+            if checkpoint is not None:
+                algorithm.bounds_directory = str(checkpoint)  # bounds in files go there
+            # labels_ are computed now (not lazily on X) when X is released after the fit
+            algorithm.with_labels = releases_persisted(persisted)
         if compose is not None:
             algorithm = compose(algorithm)
         fit = run_fit(algorithm, Xd, n_init=n_init, random_state=self.random_state,
                       callback=callback, verbose=self.verbose, checkpoint=checkpoint,
                       resume=resume, inputs=X if inputs is None else inputs)
-        self._set_fitted(Xd, lazy, fit.value, fit.result)
+        self._set_fitted(Xd, lazy, fit.value, fit.result, labels=fit.labels)
         release_persisted(self, persisted)
         self._warn_few_clusters(fit.result.history)
         return self
@@ -536,12 +546,16 @@ class KMeans(CenterInference, DqkmClusterer):
         """The protocol object the fit driver runs (see :mod:`dqkm.cluster._driver`)."""
         return LloydAlgorithm(self)
 
-    def _set_fitted(self, Xd, lazy, value, res):
+    def _set_fitted(self, Xd, lazy, value, res, labels=None):
+        """The fitted attributes; ``labels`` are the final labels when the fit's
+        last pass computed them (else they are a lazy pass over ``Xd``)."""
         self.cluster_centers_ = res.state
         self.inertia_ = float(value)
         self.n_iter_ = int(res.n_iter)
         self.history_ = res.history
-        self.labels_ = self._output(assign(Xd, self.cluster_centers_), lazy)
+        if labels is None:
+            labels = assign(Xd, self.cluster_centers_)
+        self.labels_ = self._output(labels, lazy)
 
     # predict, transform, score: CenterInference (dqkm.cluster._base)
 

@@ -95,8 +95,8 @@ class KMeansL1(KMeans):
     def _algorithm(self, n_features):
         return _ProjectedLloyd(self)
 
-    def _set_fitted(self, Xd, lazy, value, res):
-        super()._set_fitted(Xd, lazy, value, res)
+    def _set_fitted(self, Xd, lazy, value, res, labels=None):
+        super()._set_fitted(Xd, lazy, value, res, labels=labels)
         self.nnz_ = int(np.count_nonzero(res.state))
 
     def _get_state(self):

@@ -16,7 +16,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._docstrings import fill_doc
 from ..kernels.kmm_init import kmeanspp_pruned, svd_basis
 from ..kernels.kmm_spectral import SVD_ALGORITHMS
-from ..parallel.engine import compute, maybe_persist, release_persisted
+from ..parallel.engine import compute
+from ..parallel.persist import maybe_persist, release_persisted
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,

@@ -345,7 +345,7 @@ class QKMeans(KMeans):
     def _unpack(self, arrays, prefix):
         return unpack_operator("SparseFactors", arrays, prefix)
 
-    def _set_fitted(self, Xd, lazy, value, res):
+    def _set_fitted(self, Xd, lazy, value, res, labels=None):  # labels: by the factors here
         self.factors_ = res.state
         self.cluster_centers_ = np.asarray(res.state.toarray(), dtype=Xd.dtype)
         self.inertia_ = float(value)

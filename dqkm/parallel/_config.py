@@ -10,7 +10,7 @@
     After a fit that persisted X (``persist=True``, or ``'auto'`` when X fits),
     keep X in memory as long as the lazy ``labels_`` refer to it.  ``false``:
     ``labels_`` are persisted on their own and X is released when the fit
-    returns (:func:`dqkm.parallel.engine.release_persisted`).  Set it with
+    returns (:func:`dqkm.parallel.persist.release_persisted`).  Set it with
     ``dask.config.set({"dqkm.keep-persisted": True})`` or
     ``DASK_DQKM__KEEP_PERSISTED=True``.
 

@@ -17,6 +17,7 @@ pure function of them).  It holds no algorithm of its own.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import operator
 import uuid
@@ -27,14 +28,13 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
-import psutil
 from dask.base import tokenize
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import GraphNode, List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
-                            scheduler_workers, show_progress, wait_watched)
+                            show_progress, wait_watched)
 from .blas import _CONTROLLER, blas_limit_context, driver_blas, one_blas_thread  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -53,14 +53,13 @@ __all__ = [
     "one_blas_thread",
     "broadcast",
     "compute",
+    "compute_with_states",
     "compute_settled",
     "cpu_count",
     "map_blocks_reduce",
     "map_blocks_with_state",
     "map_tasks",
     "map_rows",
-    "maybe_persist",
-    "release_persisted",
     "progress",
     "sum_partials",
     "tree_reduce",
@@ -100,19 +99,45 @@ def compute(*objs):
     """
     client = active_client()
     if client is not None:
-        try:
+        with _scheduler_watch(client):
             futures = client.compute(list(objs))
             show_progress(futures)
             wait_watched(client, futures)
             return tuple(client.gather(futures))
-        except (concurrent.futures.CancelledError, OSError) as e:
-            if not scheduler_lost(client, e):
-                raise
-            raise SchedulerLostError(
-                f"lost the connection to the Dask scheduler {client.scheduler.address} "
-                f"during a pass ({type(e).__name__}: {e}).") from e
     with blas_limit_context(), local_progress():
         return dask.compute(*objs)
+
+
+@contextlib.contextmanager
+def _scheduler_watch(client):
+    """A lost scheduler raises :class:`SchedulerLostError`, not a bare cancellation."""
+    try:
+        yield
+    except (concurrent.futures.CancelledError, OSError) as e:
+        if not scheduler_lost(client, e):
+            raise
+        raise SchedulerLostError(
+            f"lost the connection to the Dask scheduler {client.scheduler.address} "
+            f"during a pass ({type(e).__name__}: {e}).") from e
+
+
+def compute_with_states(bp: "BlockPass"):
+    """One compute of a :func:`map_blocks_with_state` pass: ``(result, blocks)``.
+
+    The reduced result comes back to this process; each block's state stays
+    where it was computed: in this process with local threads (the arrays), on
+    the workers with a client (``Future`` objects).  Either is what
+    :func:`array_from_blocks` takes.  Errors as :func:`compute`.
+    """
+    client = active_client()
+    if client is None:
+        ((result, blocks),) = compute(bp.together)
+        return result, list(blocks)
+    with _scheduler_watch(client):
+        futures = client.compute([bp.result, *bp.states])
+        show_progress(futures)
+        wait_watched(client, futures)
+        return futures[0].result(), list(futures[1:])
 
 
 def broadcast(obj: Any, name: str = "state") -> Delayed:
@@ -502,97 +527,3 @@ def sum_partials(parts: list):
     for p in parts[1:]:
         out = out + p
     return out
-
-
-def driver_memory_bytes() -> float:
-    """Memory available to this (the driver's) process now."""
-    return float(psutil.virtual_memory().available)
-
-
-def _cluster_memory_bytes() -> float:
-    client = active_client()
-    if client is not None:
-        total = sum(float(w.get("memory_limit") or 0) for w in scheduler_workers(client).values())
-        if total > 0:
-            return total
-    return driver_memory_bytes()
-
-
-def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0.5):
-    """Persist X in the workers' memory when asked, or when it fits comfortably.
-
-    ``persist='auto'`` persists when ``X.nbytes`` is at most ``fraction`` of the
-    total ``memory_limit`` of the cluster's workers (or of the available
-    memory with local threads).  Otherwise X is re-read from its source
-    (Zarr) on every pass and memory stays bounded by a few chunks per worker.
-
-    Returns ``(X, persisted)``.  What is persisted here lives as long as the
-    returned array is referenced; after a fit, :func:`release_persisted`
-    makes sure the fitted model does not keep it.
-    """
-    if persist not in ("auto", True, False):
-        raise ValueError(f"persist must be 'auto', True or False; got {persist!r}.")
-    if persist == "auto":
-        budget = _cluster_memory_bytes() * fraction
-        persist = X.nbytes <= budget
-        logger.debug("persist='auto': %.1f MB of data, budget %.1f MB -> %s",
-                     X.nbytes / 1e6, budget / 1e6, persist)
-    if not persist:
-        return X, False
-    client = active_client()
-    if client is not None:
-        from distributed import futures_of
-
-        X = client.persist(X)
-        wait_watched(client, futures_of(X))
-    else:
-        with blas_limit_context():
-            X = X.persist()
-    return X, True
-
-
-
-def _holds_dask(value) -> bool:
-    if isinstance(value, tuple):
-        return any(isinstance(v, da.Array) for v in value)
-    return isinstance(value, da.Array)
-
-
-def release_persisted(estimator, persisted: bool) -> None:
-    """After a fit on X persisted by :func:`maybe_persist`: let X go.
-
-    The estimator's lazy fitted attributes (``labels_``, and tuples of Dask
-    arrays such as KMultipleMeans's ``similarity_``) are graphs on the
-    persisted X; they are persisted themselves (computed once, kept in the
-    workers' memory, or the driver's with local threads: one small array per
-    chunk), so that once the fit returns nothing references X and its chunks
-    are freed.  Nothing is done when X was not persisted (the attributes then
-    read X from its source when computed), nor when the dask config key
-    ``dqkm.keep-persisted`` is true: X then stays in memory as long as the
-    lazy ``labels_`` that refer to it.
-    """
-    if not persisted or dask.config.get("dqkm.keep-persisted", False):
-        return
-    names = [k for k, v in vars(estimator).items()
-             if k.endswith("_") and not k.startswith("_") and _holds_dask(v)]
-    if not names:
-        return
-    flat = [a for k in names for a in (getattr(estimator, k) if isinstance(
-        getattr(estimator, k), tuple) else (getattr(estimator, k),))]
-    lazy = [a for a in flat if isinstance(a, da.Array)]
-    client = active_client()
-    if client is not None:
-        from distributed import futures_of
-
-        done = client.persist(lazy)
-        wait_watched(client, futures_of(done))
-    else:
-        with blas_limit_context():
-            done = dask.persist(*lazy)
-    new = dict(zip(map(id, lazy), done))
-    for k in names:
-        value = getattr(estimator, k)
-        if isinstance(value, tuple):
-            setattr(estimator, k, tuple(new.get(id(a), a) for a in value))
-        else:
-            setattr(estimator, k, new[id(value)])

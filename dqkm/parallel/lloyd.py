@@ -13,17 +13,19 @@ from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
+from dask.base import tokenize
 
 from ..kernels.lloyd import assign_labels, lloyd_partials, weighted_cluster_sums
 from ..kernels.lloyd_sparse import as_csr, assign_labels_csr, csr_row_norms, lloyd_partials_csr
-from .engine import PerBlock, block_offsets, broadcast, compute, driver_blas, map_blocks_reduce
+from .engine import (PerBlock, array_from_blocks, block_offsets, broadcast, compute,
+                     compute_with_states, driver_blas, map_blocks_reduce, map_blocks_with_state)
 from .finite import describe_bad, first_bad, map_rows_at, raise_bad
 from .memory import check_pass_memory
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["lloyd_step", "lloyd_pass", "tolerance_from_moments", "assign", "min_sq_distances",
-           "center_distances", "inertia", "sample_rows", "weighted_sample_rows",
+           "center_distances", "inertia", "labels_and_inertia", "sample_rows", "weighted_sample_rows",
            "kmeans_parallel_init", "map_reduce_weighted"]
 
 
@@ -153,15 +155,19 @@ def map_reduce_weighted(X, weights, chunk, combine, *, args=(), split_every=None
     task per row block (reading its weight block by reference when there are
     weights) and a tree reduction of fan-in ``split_every``.
     """
+    wblocks = _weight_blocks(X, weights)
+    return map_blocks_reduce(X, chunk, combine, args=(wblocks, *args), split_every=split_every,
+                             with_offsets=True, name=name if weights is None else f"{name}-weighted")
+
+
+def _weight_blocks(X, weights):
+    """None, or the :class:`~dqkm.parallel.engine.PerBlock` weights of X's row blocks."""
     if weights is None:
-        return map_blocks_reduce(X, chunk, combine, args=(None, *args), split_every=split_every,
-                                 with_offsets=True, name=name)
+        return None
     if weights.chunks[0] != X.chunks[0]:
         raise ValueError(f"the weights' chunks {weights.chunks[0]} are not X's row chunks "
                          f"{X.chunks[0]}; rechunk them with weights.rechunk((X.chunks[0],)).")
-    wblocks = PerBlock(np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1))
-    return map_blocks_reduce(X, chunk, combine, args=(wblocks, *args), split_every=split_every,
-                             with_offsets=True, name=f"{name}-weighted")
+    return PerBlock(np.asarray(weights.to_delayed(optimize_graph=True)).reshape(-1))
 
 
 def lloyd_pass(X, centers, *, split_every=None, with_moments=False, sample_weight=None):
@@ -348,6 +354,31 @@ def inertia(X, centers, *, split_every=None, sample_weight=None):
     if bad:
         raise_bad(bad)
     return float(value)
+
+
+def _labels_inertia_chunk(block, weights, centers, index, offset):
+    labels, mind = _checked_assign(block, centers, offset)
+    s = float(mind.sum()) if weights is None else float(np.dot(weights, mind))
+    return labels, (s, None)
+
+
+def labels_and_inertia(X, centers, *, split_every=None, sample_weight=None):
+    """``(labels, inertia)`` in one pass, where :func:`inertia` and :func:`assign` take two:
+    int32 labels aligned with X's row chunks, computed (held here with local threads,
+    on the workers with a client), and :func:`inertia`'s value (same sums, same order).
+    Blocks with NaN or infinity raise as :func:`assign`."""
+    centers = np.ascontiguousarray(centers, dtype=X.dtype)
+    check_lloyd_memory("KMeans final pass (labels and inertia)", X, len(centers),
+                       weighted=sample_weight is not None)
+    bp = map_blocks_with_state(
+        X, _labels_inertia_chunk, _inertia_combine,
+        args=(_weight_blocks(X, sample_weight), broadcast(centers, "centers")),
+        split_every=split_every, with_offsets=True, name="labels-inertia")
+    (value, _), blocks = compute_with_states(bp)
+    labels = array_from_blocks(blocks, (X.chunks[0],), np.int32,
+                               name=f"dqkm-labels-{tokenize(X.name, centers)}",
+                               meta=np.empty((0,), dtype=np.int32))
+    return labels, float(value)
 
 
 # --------------------------------------------------------------------------- sampling

@@ -37,9 +37,10 @@ import dask
 import numpy as np
 import psutil
 
+from ..data.execute import scheduler_workers
 from ..data.spill import spill_task_parts
 from ..exceptions import DataError
-from .engine import active_client, compute, scheduler_workers
+from .engine import active_client, compute
 
 __all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget",
            "worker_headroom", "resident_budget", "check_task_memory", "check_resident_memory",

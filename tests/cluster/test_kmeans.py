@@ -352,3 +352,31 @@ def test_transform_of_a_center_is_exactly_zero(sparse):
     from sklearn.metrics import pairwise_distances
 
     np.testing.assert_allclose(Xt, pairwise_distances(km.cluster_centers_), rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_fit_that_keeps_its_labels_computes_them_with_the_inertia_in_one_pass(
+        monkeypatch, blobs, weighted):
+    # X persisted by the fit and released after it: labels_ and inertia_ come from one
+    # final pass over X (one assignment per block), equal to the two separate passes
+    import dqkm.parallel.lloyd as lloyd_mod
+
+    X, init = blobs
+    Xd = da.from_array(X, chunks=(1000, -1))
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    calls = []
+    real = lloyd_mod._assign
+    monkeypatch.setattr(lloyd_mod, "_assign",
+                        lambda block, centers: calls.append(len(block)) or real(block, centers))
+    km = dqkm.KMeans(6, init=init, max_iter=2, tol=0, persist=True).fit(Xd, sample_weight=w)
+    assert km.history_[-1]["shift"] > 0  # the final centers differ from the last pass's
+    final = calls if not weighted else calls[-Xd.numblocks[0]:]
+    assert sorted(final) == sorted(Xd.chunks[0])  # each block assigned once at the end
+    if not weighted:
+        assert len(calls) == Xd.numblocks[0]
+    monkeypatch.setattr(lloyd_mod, "_assign", real)
+    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
+    assert km.inertia_ == lloyd_mod.inertia(Xd, km.cluster_centers_, sample_weight=wd)
+    np.testing.assert_array_equal(km.labels_.compute(),
+                                  lloyd_mod.assign(Xd, km.cluster_centers_).compute())
+    assert km.labels_.chunks == Xd.chunks[:1]
