@@ -324,13 +324,24 @@ def _row_sq_norms(block, factors, offset):
     return xsq
 
 
+def _max_row_norm(block, factors, offset):
+    """An upper bound of the largest ‖x‖ of a block; raises for NaN/inf or float64
+    overflow.  One read of the block in its own dtype (a float64 sum of a float32
+    block costs five times more); the float64 sums only when that one is not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        xsq = np.einsum("ij,ij->i", block, block)
+    if np.isfinite(xsq).all():  # no NaN or inf in the block; the sums' rounding bounded
+        eps = float(np.finfo(xsq.dtype).eps)
+        return float(np.sqrt(float(xsq.max()) * (1.0 + 2.0 * block.shape[1] * eps)))
+    return float(np.sqrt(_row_sq_norms(block, factors, offset).max()))
+
+
 def _labels_block(block, state, offset):
     factors, norms = state
     if block.shape[0] == 0:
         return np.empty(0, dtype=np.int32)
-    # one read of the block for ‖x‖²: the NaN/inf check and the overflow bound
-    xsq = _row_sq_norms(block, factors, offset)
-    labels, bad = _nearest(block, factors, norms, float(np.sqrt(xsq.max())), offset)
+    # one read of the block for ‖x‖: the NaN/inf check and the overflow bound
+    labels, bad = _nearest(block, factors, norms, _max_row_norm(block, factors, offset), offset)
     if bad is not None:
         raise_bad(bad)
     return labels
