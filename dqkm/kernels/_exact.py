@@ -111,11 +111,12 @@ def _row_sq_norm(X, r):
 
 @njit(nogil=True, cache=True)
 def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT labels
-    """Make the tile's labels (float64 GEMM, ``best``/``sec`` the smallest and
+    """Make the tile's labels (GEMM in X's dtype, ``best``/``sec`` the smallest and
     second smallest ``½‖c‖² − x·c``) those of :func:`exact_sq_dist`.
 
     Each computed value is within ``γ·(‖x‖² + ‖c‖²)`` of the exact one for any
-    order of the GEMM's sums (γ ≈ (D + 2)·u); when the second smallest exceeds
+    order of the GEMM's sums (γ ≈ (D + 2)·u, u X's unit roundoff; products that
+    underflow add far less than ``scale·cmax`` when ``cmax ≥ 1e-30``); when the second smallest exceeds
     the smallest by more than ``scale·(‖x‖² + max ‖c‖²)`` (``scale`` holds both
     values' errors and the float64 reference's with a margin) the label stands;
     a row within it (a near-tie) is decided by the exact distances to every
@@ -129,6 +130,37 @@ def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT 
         if sec[i] - b > scale * (_row_sq_norm(X, r) + cmax):
             continue
         labels[r] = _exact_label(X, r, centers)
+
+
+@njit(nogil=True, cache=True)
+def _exact_labels_of_finite(X, start, t, centers, best, labels):  # OUT labels
+    """The :func:`exact_sq_dist` label of each of the tile's rows whose ``best`` is
+    finite (a tile assigned again in float64 after its float32 products overflowed)."""
+    for i in range(t):
+        if np.isfinite(best[i]):
+            labels[start + i] = _exact_label(X, start + i, centers)
+
+
+def _certifies_cheaply(X, c64, half64, scale, cmax, n_probe):
+    """Whether the GEMM kernel's certification would rescan few of X's rows.
+
+    A row is rescanned when its two smallest ``½‖c‖² − x·c`` are closer than
+    ``scale·(‖x‖² + max ‖c‖²)``: rare on data near the origin, most rows on
+    data whose spread is small beside its distance from the origin (there the
+    direct kernel is exact at no extra cost).  Measured on ``n_probe`` rows
+    spread over X, in float64: at most one in 32 of them may be near-ties.
+    """
+    n, k = X.shape[0], c64.shape[0]
+    if n < 8 * n_probe or not cmax >= 1e-30:  # a small block; or centers so small
+        return False  # that underflowing products would not be covered by the bound
+    if k < 2:
+        return True
+    rows = X[np.linspace(0, n - 1, n_probe).astype(np.intp)].astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        two = np.partition(half64[None, :] - rows @ c64.T, 1, axis=1)[:, :2]
+        bound = scale * (np.einsum("ij,ij->i", rows, rows) + cmax)
+        near = np.count_nonzero(~(two[:, 1] - two[:, 0] > bound))  # NaN counts as near
+    return near <= n_probe // 32
 
 
 @njit(nogil=True, cache=True)

@@ -7,28 +7,30 @@ tile of rows plus ``‖c‖²``.  The tile (``_TILE`` rows) is small enough that
 sums and the exact objective are accumulated, so each row of X is read from
 memory once per pass.
 
-At low dimension the GEMM is a poor use of the machine (its inner dimension is
-``n_features``) and the expansion loses the distances to cancellation on data
-far from the origin.  Up to ``_DIRECT_MAX_D`` features the assignment
-therefore computes ``Σ_f (x_f − c_f)²`` directly, across a transposed tile of
-rows in SIMD lanes (:mod:`dqkm.kernels._direct`); above it, the GEMM.  The
-choice is automatic and depends on ``n_features`` only.  The crossover is
-where the two kernels cost the same per row and center: single-threaded, on
-float32 data and at K = 64 as at K = 256, the direct kernel takes about a fifth
-of the GEMM kernel's time at 2 features, half at 16, three quarters at 32, the
-same at 40 and more from 48 on; hence ``_DIRECT_MAX_D = 32``.  Both kernels
-give the lowest index on ties and the same float64 sums, counts and per-row
-exact distances (the finishing pass is shared).
+At low dimension the expansion loses the distances to cancellation on data
+far from the origin, and below ``_GEMM_MIN_D`` features the GEMM is a poor use
+of the machine (its inner dimension is ``n_features``).  There the assignment
+computes ``Σ_f (x_f − c_f)²`` directly, across a transposed tile of rows in SIMD
+lanes (:mod:`dqkm.kernels._direct`).  From ``_GEMM_MIN_D`` to ``_DIRECT_MAX_D``
+features a block goes to the GEMM kernel with certified labels (below) when a
+probe of ``_PROBE_ROWS`` rows spread over it finds at most one in 32 of them
+within the GEMM's rounding bound of a tie (data near the origin), else to the
+direct kernel (data whose spread is small beside its distance from the origin,
+where certifying would rescan most rows); the thresholds come from
+``benchmarks/bench_lloyd_kernel.py``.  The choice is automatic and changes no result: every
+kernel gives the lowest index on ties and the same float64 sums, counts and
+per-row exact distances (the finishing pass is shared).
 
 Labels are exact.  Each kernel keeps the second smallest value beside the
 smallest and bounds its own rounding: where the two are closer than that bound
 (a near-tie) the row is decided by :func:`exact_sq_dist`, the float64 distance
 summed in feature order, lowest index on ties.  So the direct kernel (any
-dtype) and the float64 GEMM kernel give the labels of exact float64 distances,
-the same as the bound-pruned kernels (:mod:`dqkm.kernels.bounds`) whatever
-the order of their sums.  The float32 GEMM kernel (float32 X above
-``_DIRECT_MAX_D`` features) keeps its float32 rounding: its error grows with
-the data's distance from the origin, where certifying would rescan most rows.
+dtype), the GEMM kernel on float64 X and on float32 X up to ``_DIRECT_MAX_D``
+features give the labels of exact float64 distances, the same as the
+bound-pruned kernels (:mod:`dqkm.kernels.bounds`) whatever the order of their
+sums.  The float32 GEMM kernel above ``_DIRECT_MAX_D`` features keeps its
+float32 rounding: its error grows with the data's distance from the origin,
+where certifying would rescan most rows.
 
 All kernels here are pure: they never mutate their inputs and hold no state.
 """
@@ -41,7 +43,7 @@ from numba import njit
 
 from ._direct import argmin_direct
 from ._exact import (_argmin2_columns, _certify_direct, _certify_gemm, _direct_rounding,
-                     exact_sq_dist)
+                     _certifies_cheaply, _exact_labels_of_finite, exact_sq_dist)
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
            "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
@@ -49,9 +51,14 @@ __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_pr
 
 _TILE = 256
 
-# Up to this many features the assignment uses direct distances (module _direct), above
-# it the GEMM; see the module docstring.
+# Up to this many features every label is certified exact (the direct kernel, module
+# _direct, or the GEMM kernel with its certification); above it float32 X keeps the
+# float32 GEMM's rounding.  Below _GEMM_MIN_D features always the direct kernel; from
+# there the GEMM kernel where a probe of _PROBE_ROWS rows finds its certification cheap.
+# See the module docstring.
 _DIRECT_MAX_D = 32
+_GEMM_MIN_D = 20
+_PROBE_ROWS = 64
 
 
 # Reassociation lets LLVM vectorise the float64 distance sum of each row (the
@@ -213,6 +220,8 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
                     break
         if again:
             _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
+            if exact:  # float32 X whose products overflowed float32: exact labels
+                _exact_labels_of_finite(X, start, t, centers, best64, labels)
         elif exact:
             _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax)
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
@@ -353,16 +362,21 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
     The squared norms are accumulated in float64; when ½‖c‖² does not fit
     X's dtype (float32 centers beyond ~1e19) every tile is assigned in float64.
     """
-    if X.shape[1] <= _DIRECT_MAX_D:
+    d = X.shape[1]
+    if d < _GEMM_MIN_D:
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
     c64 = np.ascontiguousarray(centers, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         half64 = np.einsum("ij,ij->i", c64, c64) * 0.5
         half = half64.astype(X.dtype)
     use64 = bool(np.isfinite(half64).all() and not np.isfinite(half).all())
-    exact = X.dtype == np.float64
-    scale = 8.0 * (X.shape[1] + 4) * np.finfo(np.float64).eps
+    # certified labels: float64 X always, float32 X up to _DIRECT_MAX_D features
+    exact = X.dtype == np.float64 or d <= _DIRECT_MAX_D
+    scale = 8.0 * (d + 4) * np.finfo(X.dtype).eps
     cmax = float(2.0 * half64.max()) if half64.size else 0.0
+    if d <= _DIRECT_MAX_D and (use64 or not _certifies_cheaply(X, c64, half64, scale, cmax,
+                                                                _PROBE_ROWS)):
+        return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
     with np.errstate(over="ignore", invalid="ignore"):
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
                       labels, mind, with_sums)
