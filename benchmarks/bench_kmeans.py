@@ -14,7 +14,8 @@ Low-dimension part (``--lowd``): D ∈ {2, 3, 8, 16, 32, 64} (K = 16, 64, 64, 64
 256, 64), 500k rows of float32 blobs in 8 persisted chunks, threaded scheduler;
 dqkm against scikit-learn's lloyd and elkan and faiss (``faiss.Kmeans``, the
 same initial centroids, every row used, 2 threads).  The "GEMM kernel" column
-is dqkm with the low-dimension kernel switched off, measured in the same run.
+is dqkm with only its float32 GEMM kernel (uncertified labels), measured in the
+same run.
 Each method is timed ``--repeat`` times, interleaved, and the best is kept::
 
     .venv/bin/python benchmarks/bench_kmeans.py --lowd [--rows 200000] [--markdown]
@@ -298,8 +299,9 @@ def run_lowd(args):
             "chunks, Dask's threaded scheduler, the same initial centers for every method, "
             f"`tol=0`, up to {args.iters} iterations, best of {args.repeat} interleaved runs. "
             "scikit-learn and faiss run in memory with 2 threads; faiss uses every row "
-            "(`max_points_per_centroid` raised). \"dqkm, GEMM kernel\" is dqkm with the "
-            "low-dimension (direct distance) kernel switched off, in the same run. The last "
+            "(`max_points_per_centroid` raised). \"dqkm, GEMM kernel\" is dqkm with only its "
+            "float32 GEMM kernel, uncertified labels (no direct kernel, no exact settling of "
+            "near-ties), in the same run. The last "
             "column is dqkm's time over the faster of scikit-learn's lloyd and faiss. "
             f"Load average at the end of the run: {os.getloadavg()[0]:.1f} on "
             f"{os.cpu_count()} cores (other jobs slow OpenMP peers, which spin, more than "
