@@ -21,12 +21,14 @@ import contextlib
 import logging
 import operator
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import dask
 import dask.array as da
+import dask.threaded
 import numpy as np
 from dask.base import tokenize
 from dask.delayed import Delayed, delayed
@@ -105,7 +107,31 @@ def compute(*objs):
             wait_watched(client, futures)
             return tuple(client.gather(futures))
     with blas_limit_context(), local_progress():
-        return dask.compute(*objs)
+        get = _local_get(objs)
+        if get is None:
+            return dask.compute(*objs)
+        graph = HighLevelGraph.merge(*(o.__dask_graph__() for o in objs))
+        keys = [o.key for o in objs]
+        return tuple(get(dict(graph.cull(set(keys))), keys))
+
+
+# dask's local schedulers by their config names (dask.config "scheduler")
+_LOCAL_GETS = {None: dask.threaded.get, "threads": dask.threaded.get,
+               "threading": dask.threaded.get, "sync": dask.get, "synchronous": dask.get,
+               "single-threaded": dask.get}
+
+
+def _local_get(objs):
+    """The local scheduler's ``get`` for a compute of ``Delayed`` passes, or None
+    (use ``dask.compute``).  A pass's graph is built whole by this module's
+    helpers (X's blocks already optimized by ``to_delayed``): culled and run by
+    the configured threaded or synchronous scheduler it gives what
+    ``dask.compute`` gives, without the collection handling that cost a pass
+    over small blocks more than the scheduler itself."""
+    if not objs or not all(isinstance(o, Delayed) for o in objs):
+        return None
+    name = dask.config.get("scheduler", None)
+    return _LOCAL_GETS.get(name if name is None else str(name).lower())
 
 
 @contextlib.contextmanager
@@ -162,10 +188,25 @@ def _check_row_chunks(X: da.Array) -> None:
         )
 
 
-def _row_blocks(X: da.Array) -> list:
+# X's row blocks and what a pass task takes of each (block_sources), kept while X
+# lives: a fit's passes all read the same X, and rebuilding them (``to_delayed``
+# optimizes X's graph) was a third of a pass's graph building.  By ``id`` with a
+# weak reference (a Dask array compares elementwise, so it cannot be a dict key);
+# an entry goes when its array does.
+_BLOCKS: dict = {}
+
+
+def _row_blocks(X: da.Array) -> tuple[list, list]:
+    """``(blocks, sources)``: X's row blocks (``Delayed``) and :func:`block_sources`."""
     _check_row_chunks(X)
-    blocks = X.to_delayed(optimize_graph=True)
-    return list(np.asarray(blocks).reshape(-1))
+    hit = _BLOCKS.get(id(X))
+    if hit is not None and hit[0]() is X:
+        return hit[1], hit[2]
+    blocks = list(np.asarray(X.to_delayed(optimize_graph=True)).reshape(-1))
+    sources = block_sources(blocks, _block_nbytes(X))
+    _BLOCKS[id(X)] = (weakref.ref(X), blocks, sources)
+    weakref.finalize(X, _BLOCKS.pop, id(X), None)
+    return blocks, sources
 
 
 def _check_tree(split_every: int, n_parts: int) -> None:
@@ -303,7 +344,7 @@ def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: boo
                  layer_name: str):
     """One task ``chunk(block, *args[, i, offset])`` per row block of X, each block's
     read inlined in it (:func:`block_sources`): ``(layer, deps, keys)``."""
-    blocks = _row_blocks(X)
+    blocks, sources = _row_blocks(X)
     offsets = block_offsets(X.chunks[0])
     for a in args:
         if isinstance(a, PerBlock) and len(a.values) != len(blocks):
@@ -311,7 +352,6 @@ def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: boo
                              f"{len(blocks)} row blocks of X; give one per block.")
     deps: list = []
     shared = [None if isinstance(a, PerBlock) else _task_arg(a, deps) for a in args]
-    sources = block_sources(blocks, _block_nbytes(X))
     layer: dict = {}
     keys = []
     for i, src in enumerate(sources):

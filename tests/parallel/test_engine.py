@@ -339,3 +339,45 @@ def test_broadcast_args_of_separate_graphs_all_reach_the_pass():
     d = map_blocks_reduce(X, chunk, sum_partials,
                           args=(PerBlock(X[:, 1].to_delayed()), *cs))
     np.testing.assert_allclose(compute(d)[0], (x[:, 1] @ x) * 15.0)
+
+
+@pytest.mark.parametrize("scheduler", ["threads", "sync"])
+def test_local_compute_of_passes_goes_to_the_configured_scheduler(scheduler, monkeypatch):
+    # a pass's Delayed goes straight to the configured local scheduler, each block's
+    # task once; other collections (here an array) go through dask.compute
+    import dqkm.parallel.engine as eng
+
+    calls = []
+
+    def counted(block, c):
+        calls.append(block.shape[0])
+        return _chunk(block, c)
+
+    X = da.from_array(np.arange(40.0).reshape(20, 2), chunks=(5, 2))
+    d = map_blocks_reduce(X, counted, sum_partials, args=(2.0,))
+    used = []
+    real = eng._LOCAL_GETS[scheduler]
+    monkeypatch.setitem(eng._LOCAL_GETS, scheduler,
+                        lambda dsk, keys: used.append(keys) or real(dsk, keys))
+    with dask.config.set(scheduler=scheduler):
+        ((sums, n),) = compute(d)
+        (Xc,) = compute(X)
+    assert used == [[d.key]]
+    np.testing.assert_array_equal(sums, X.compute().sum(axis=0) * 2.0)
+    assert n == 20 and sorted(calls) == [5, 5, 5, 5]
+    np.testing.assert_array_equal(Xc, np.arange(40.0).reshape(20, 2))
+
+
+def test_the_row_blocks_of_an_array_are_kept_only_while_it_lives():
+    import gc
+
+    import dqkm.parallel.engine as eng
+
+    X = da.from_array(np.ones((30, 2)), chunks=(10, 2)).persist()
+    first = eng._row_blocks(X)
+    assert eng._row_blocks(X) is not None and eng._row_blocks(X)[0] is first[0]
+    key = id(X)
+    assert key in eng._BLOCKS
+    del X, first
+    gc.collect()
+    assert key not in eng._BLOCKS  # nothing of X is held once the array is gone
