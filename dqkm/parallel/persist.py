@@ -57,16 +57,22 @@ def maybe_persist(X: da.Array, persist: bool | str = "auto", fraction: float = 0
                      X.nbytes / 1e6, budget / 1e6, persist)
     if not persist:
         return X, False
-    client = active_client()
-    if client is not None:
-        from distributed import futures_of
-
-        X = client.persist(X)
-        wait_watched(client, futures_of(X))
-    else:
-        with blas_limit_context():
-            X = X.persist()
+    (X,) = _persist(X)
     return X, True
+
+
+def _persist(*arrays) -> tuple:
+    """The arrays persisted in one graph: on the workers, waited for with the pause
+    watch (:func:`~dqkm.data.execute.wait_watched`), or in this process."""
+    client = active_client()
+    if client is None:
+        with blas_limit_context():
+            return dask.persist(*arrays)
+    from distributed import futures_of
+
+    done = client.persist(list(arrays))
+    wait_watched(client, futures_of(done))
+    return tuple(done)
 
 
 
@@ -104,16 +110,7 @@ def release_persisted(estimator, persisted: bool) -> None:
     flat = [a for k in names for a in (getattr(estimator, k) if isinstance(
         getattr(estimator, k), tuple) else (getattr(estimator, k),))]
     lazy = [a for a in flat if isinstance(a, da.Array)]
-    client = active_client()
-    if client is not None:
-        from distributed import futures_of
-
-        done = client.persist(lazy)
-        wait_watched(client, futures_of(done))
-    else:
-        with blas_limit_context():
-            done = dask.persist(*lazy)
-    new = dict(zip(map(id, lazy), done))
+    new = dict(zip(map(id, lazy), _persist(*lazy)))
     for k in names:
         value = getattr(estimator, k)
         if isinstance(value, tuple):
