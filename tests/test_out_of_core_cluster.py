@@ -48,7 +48,11 @@ def _estimators():
 def big(tmp_path_factory):
     """1.14 GiB of float32 blobs on disk (more than 2 workers x 550 MiB)."""
     path = tmp_path_factory.mktemp("ooc") / "X.zarr"
-    X, _ = datasets.make_blobs(300_000, 1024, 8, chunks=8192, random_state=0, path=path)
+    # 2048-row (8 MiB) chunks: every estimator's task, the ClusterIndex shuffle's and KMM's
+    # included, fits what the workers have left after the fits before it (on 32 MiB
+    # chunks KMM and the shuffle were refused at 25-44 MiB of headroom, and a rechunk to
+    # 2048 rows held whole 32 MiB chunks and their pieces: a worker passed 95 %).
+    X, _ = datasets.make_blobs(300_000, 1024, 8, chunks=2048, random_state=0, path=path)
     assert X.nbytes > 2 * LIMIT
     # numba caches the kernels on disk: compile them here, not in the tight workers
     small = X[:3000].compute()
@@ -98,17 +102,6 @@ def test_out_of_core_fit_keeps_its_workers(name, big, tight_client, tmp_path, re
     X = big
     if name == "ClusterIndex":
         est.set_params(store=str(tmp_path / "index.zarr"))
-        # The shuffle's task (a block of X, its rows' destinations, order and norms, one
-        # 4 MiB sorted tile) is checked against the tightest worker's headroom, which after
-        # the fits before it on these workers was 25 MiB in one fresh-clone run: too little
-        # for a 32 MiB block. It reads 2048-row blocks, as its refusal advises.
-        X = big.rechunk({0: 2048})
-    if name == "KMultipleMeans":
-        # KMM's task (its chunk of X, rows of S, a row tile) is checked against what the
-        # tightest worker has left below the pause line; after the QKMeans and
-        # SparseEmbeddedKMeans fits on these workers that was 44 MiB, the size of an
-        # 8192-row task: KMM reads 2048-row chunks, as its refusal advises.
-        X = big.rechunk({0: 2048})
     peaks, stop = {}, threading.Event()
     sampler = threading.Thread(target=_sample_peaks, args=(client, stop, peaks))
     sampler.start()
@@ -253,7 +246,8 @@ def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_pa
     with dask.config.set({"scheduler": "threads"}):
         X, _ = datasets.make_blobs(2 * 1_048_576, 32, 8, chunks=1_048_576, random_state=0,
                                    path=tmp_path / "X.zarr")
-    km = dqkm.KMeans(8, max_iter=3, random_state=0).fit(X[:20_000].compute())  # on the driver
+        # on the driver, whatever client an earlier test left as the default
+        km = dqkm.KMeans(8, max_iter=3, random_state=0).fit(X[:20_000].compute())
     limit = 520 * 2**20
     pause = dask.config.get("distributed.worker.memory.pause") * limit
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
