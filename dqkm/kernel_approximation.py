@@ -34,7 +34,7 @@ from .exceptions import DataError
 from .kernels.hadamard import HadamardLandmarks, next_pow2
 from .parallel.engine import compute
 from .parallel.finite import check_sample
-from .parallel.lloyd import sample_rows
+from .parallel.sampling import sample_rows
 from .parallel.neighbors import kernel_from_products, nystroem_map
 
 __all__ = ["FactorNystroem", "landmark_operator"]

@@ -187,27 +187,27 @@ def test_sample_rows_reads_each_touched_chunk_inside_its_own_task(sparse, monkey
     own that a worker read ahead of their use (three 64 MiB chunks held at once)."""
     import scipy.sparse as sp
 
-    from dqkm.parallel import lloyd
+    from dqkm.parallel import sampling
 
     X = np.arange(1000 * 3, dtype=np.float32).reshape(1000, 3)
     Xd = da.from_array(X, chunks=100)
     if sparse:
         Xd = Xd.map_blocks(sp.csr_matrix, meta=sp.csr_matrix((0, 3), dtype=np.float32))
     seen = []
-    real = lloyd.map_blocks_reduce
+    real = sampling.map_blocks_reduce
 
     def spy(sub, *a, **k):
         seen.append(sub.numblocks[0])
         return real(sub, *a, **k)
 
-    monkeypatch.setattr(lloyd, "map_blocks_reduce", spy)
+    monkeypatch.setattr(sampling, "map_blocks_reduce", spy)
     idx = np.sort(np.random.default_rng(3).choice(1000, size=4, replace=False))
-    rows = lloyd.sample_rows(Xd, 4, np.random.default_rng(3), dense=False)
+    rows = sampling.sample_rows(Xd, 4, np.random.default_rng(3), dense=False)
     got = rows.toarray() if sp.issparse(rows) else rows
     np.testing.assert_array_equal(got, X[idx])
     assert seen == [len(np.unique(idx // 100))]
     w = da.from_array(np.arange(1000, dtype=np.float64), chunks=100)
-    rows, weights = lloyd.sample_rows(Xd, 4, np.random.default_rng(3), sample_weight=w)
+    rows, weights = sampling.sample_rows(Xd, 4, np.random.default_rng(3), sample_weight=w)
     np.testing.assert_array_equal(rows, X[idx])
     np.testing.assert_array_equal(weights, idx.astype(np.float64))
 

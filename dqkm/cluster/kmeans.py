@@ -23,8 +23,8 @@ from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, che
                            validate_params)
 from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample
-from ..parallel.lloyd import (assign, inertia, kmeans_parallel_init, labels_and_inertia,
-                              lloyd_step, sample_rows, weighted_sample_rows)
+from ..parallel.lloyd import assign, inertia, labels_and_inertia, lloyd_step
+from ..parallel.sampling import kmeans_parallel_init, sample_rows, weighted_sample_rows
 from ..parallel.relocate import relocate_empty_clusters
 from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
@@ -72,6 +72,7 @@ class LloydAlgorithm(IterativeAlgorithm):
         self._passes = None  # the bound-pruned passes and their per-row state
         # finalize computes the labels with the inertia (one pass) for a fit that keeps them
         self.with_labels = False
+        self._last_labels = None  # (centers, labels) of the last Lloyd pass when kept
         self.bounds_directory = None  # where bounds in files go (the fit's checkpoint dir)
 
     def identity(self, X):
@@ -99,6 +100,7 @@ class LloydAlgorithm(IterativeAlgorithm):
         return self._passes
 
     def begin_run(self, rng):
+        self._last_labels = None
         if self._passes is not None:
             self._passes.reset()
 
@@ -117,7 +119,11 @@ class LloydAlgorithm(IterativeAlgorithm):
                                relocate=self._relocation(X))
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
                           split_every=self.split_every, sample_weight=self.sample_weight,
-                          relocate=self._relocation(X))
+                          relocate=self._relocation(X),
+                          on_labels=self._keep_labels if self.with_labels else None)
+
+    def _keep_labels(self, centers, labels):
+        self._last_labels = (centers, labels)
 
     def _relocation(self, X):
         """The steps' ``relocate`` hook: None ('keep') or scikit-learn's relocation
@@ -135,7 +141,12 @@ class LloydAlgorithm(IterativeAlgorithm):
         return arrays["centers"]
 
     def finalize(self, X, result):
-        # With a zero shift the last pass already used the final centers.
+        # With a zero shift the last pass already used the final centers (and, for a fit
+        # that keeps its labels, gave them).
+        last, self._last_labels = self._last_labels, None
+        if self.with_labels and result.shift == 0 and last is not None \
+                and np.array_equal(last[0], result.state):
+            return result.last_objective, last[1]
         if self.with_labels:
             labels, value = labels_and_inertia(X, result.state, split_every=self.split_every,
                                                sample_weight=self.sample_weight)

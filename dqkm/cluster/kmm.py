@@ -22,7 +22,7 @@ from ..parallel.fingerprint import data_fingerprint
 from ..parallel.finite import check_sample, checked_rows
 from ..parallel.kmm import (KMMConfig, KMMSolver, KMMState, predict_labels,
                             prototype_distances)
-from ..parallel.lloyd import sample_rows
+from ..parallel.sampling import sample_rows
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, InvalidParameterError,
                            Options, check_value, validate_params)
 from ._base import DqkmClusterer, validate_sample_weight

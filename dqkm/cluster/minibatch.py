@@ -16,7 +16,8 @@ from sklearn.utils.validation import check_is_fitted
 from ..kernels.minibatch import minibatch_step
 from ..parallel.engine import compute, driver_blas
 from ..parallel.finite import check_sample
-from ..parallel.lloyd import assign, inertia, sample_rows
+from ..parallel.lloyd import assign, inertia
+from ..parallel.sampling import sample_rows
 from ..parallel.stream import iter_blocks
 from ..parallel.fingerprint import data_fingerprint
 from .._validation import (VERBOSE, Interval, Options, check_n_samples, check_value,

@@ -355,6 +355,33 @@ def test_transform_of_a_center_is_exactly_zero(sparse):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+def test_a_fit_that_keeps_its_labels_and_ends_with_no_shift_makes_no_final_pass(
+        monkeypatch, blobs, weighted):
+    # The last pass already assigned X to the final centers (zero shift): its labels are
+    # kept, so no pass over X follows the last iteration, and they are the final ones.
+    import dqkm.cluster.kmeans as kmeans_mod
+    import dqkm.parallel.lloyd as lloyd_mod
+
+    X, init = blobs
+    Xd = da.from_array(X, chunks=(1000, -1))
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    final = []
+    for name in ("labels_and_inertia", "inertia"):
+        real = getattr(kmeans_mod, name)
+        monkeypatch.setattr(kmeans_mod, name,
+                            lambda *a, _real=real, _n=name, **k: final.append(_n) or _real(*a, **k))
+    km = dqkm.KMeans(6, init=init, max_iter=100, tol=0, persist=True).fit(Xd, sample_weight=w)
+    assert km.history_[-1]["shift"] == 0 and km.n_iter_ < 100
+    assert final == []
+    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
+    assert km.inertia_ == pytest.approx(lloyd_mod.inertia(Xd, km.cluster_centers_,
+                                                          sample_weight=wd), rel=1e-12)
+    np.testing.assert_array_equal(km.labels_.compute(),
+                                  lloyd_mod.assign(Xd, km.cluster_centers_).compute())
+    assert km.labels_.chunks == Xd.chunks[:1]
+
+
+@pytest.mark.parametrize("weighted", [False, True])
 def test_a_fit_that_keeps_its_labels_computes_them_with_the_inertia_in_one_pass(
         monkeypatch, blobs, weighted):
     # X persisted by the fit and released after it: labels_ and inertia_ come from one
