@@ -36,7 +36,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.task_spec import GraphNode, List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
-                            show_progress, wait_watched)
+                            scheduler_workers, show_progress, wait_watched)
 from .blas import _CONTROLLER, blas_limit_context, driver_blas, one_blas_thread  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -166,13 +166,22 @@ def compute_with_states(bp: "BlockPass"):
         return futures[0].result(), list(futures[1:])
 
 
+class _Broadcast(Delayed):
+    """A :func:`broadcast` key, with the object it holds (``value``)."""
+    __slots__ = ("value",)
+
+
 def broadcast(obj: Any, name: str = "state") -> Delayed:
     """Put ``obj`` in the graph once, as a single key all blocks depend on.
 
     The key is ``dask.base.tokenize`` of ``obj``: the same state gets the same
     key (an object tokenizes by its ``__dask_tokenize__`` where it has one).
+    A pass over re-read X on a cluster sends it to every worker (:func:`_block_tasks`).
     """
-    return delayed(obj, name=f"dqkm-{name}-{tokenize(obj)}", traverse=False)
+    d = delayed(obj, name=f"dqkm-{name}-{tokenize(obj)}", traverse=False)
+    out = _Broadcast(d.key, d.dask)
+    out.value = obj
+    return out
 
 
 def block_offsets(chunks: Sequence[int]) -> np.ndarray:
@@ -343,7 +352,13 @@ def _task_arg(value, deps: list):
 def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: bool,
                  layer_name: str):
     """One task ``chunk(block, *args[, i, offset])`` per row block of X, each block's
-    read inlined in it (:func:`block_sources`): ``(layer, deps, keys)``."""
+    read inlined in it (:func:`block_sources`): ``(layer, deps, keys)``.
+
+    On a cluster of several workers, when blocks are read inside their tasks, the
+    :func:`broadcast` arguments are first sent to every worker: the scheduler
+    places a task with its dependencies, and as a key held by one worker they
+    drew nearly all the blocks of a pass over re-read X to that worker.
+    """
     blocks, sources = _row_blocks(X)
     offsets = block_offsets(X.chunks[0])
     for a in args:
@@ -351,7 +366,15 @@ def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: boo
             raise ValueError(f"a PerBlock argument has {len(a.values)} elements for "
                              f"{len(blocks)} row blocks of X; give one per block.")
     deps: list = []
-    shared = [None if isinstance(a, PerBlock) else _task_arg(a, deps) for a in args]
+    client = None
+    if any(isinstance(a, _Broadcast) for a in args) and \
+            not all(isinstance(s, TaskRef) for s in sources):
+        client = active_client()
+        if client is not None and len(scheduler_workers(client)) < 2:
+            client = None  # a key stays recomputable if its one worker dies
+    shared = [None if isinstance(a, PerBlock) else
+              _everywhere(client, a) if client is not None and isinstance(a, _Broadcast) else
+              _task_arg(a, deps) for a in args]
     layer: dict = {}
     keys = []
     for i, src in enumerate(sources):
@@ -365,6 +388,14 @@ def _block_tasks(X: da.Array, chunk: Callable, args: Sequence, with_offsets: boo
     if any(isinstance(s, TaskRef) or s.dependencies for s in sources):
         deps.insert(0, blocks[0])
     return layer, deps, keys
+
+
+def _everywhere(client, b: _Broadcast):
+    """``b``'s object held by every worker of ``client``: a ``Future``, which a task
+    takes as an argument as it takes a key (the graph keeps it while it lives)."""
+    with _scheduler_watch(client):
+        # in a list: scatter sends a list's, tuple's or dict's items as futures of their own
+        return client.scatter([b.value], broadcast=True, hash=False)[0]
 
 
 @dataclass(frozen=True)
