@@ -215,7 +215,11 @@ def _write_all(fd, pieces):
     views = [memoryview(p) for p in pieces]
     at = 0
     while views:
-        done = os.pwritev(fd, views, at)
+        if hasattr(os, "pwritev"):
+            done = os.pwritev(fd, views, at)
+        else:  # e.g. Windows: one piece at a time
+            os.lseek(fd, at, os.SEEK_SET)
+            done = os.write(fd, views[0])
         at += done
         while views and done >= len(views[0]):
             done -= len(views[0])

@@ -197,3 +197,16 @@ def test_short_reads_are_continued(monkeypatch, array):
     read = os.read
     monkeypatch.setattr(row_state.os, "read", lambda fd, n: read(fd, min(n, 10)))
     np.testing.assert_array_equal(row_state.read_block_state(array, 3, 7, 1), _state(7, 3, 0.0))
+
+
+def test_chunks_are_written_where_the_os_has_no_pwritev(monkeypatch, array):
+    """Without ``os.pwritev`` (Windows) the pieces are written one by one, the same bytes."""
+    assert row_state.write_block_state(array, 0, _state(5, 3, 1.0), stamp=1)
+    with open(os.path.join(array.path, "c.0.0.0"), "rb") as f:
+        expect = f.read()
+    monkeypatch.delattr(row_state.os, "pwritev")
+    for _ in range(2):  # into a new file, then into the spare's file
+        assert row_state.write_block_state(array, 0, _state(5, 3, 1.0), stamp=1)
+    with open(os.path.join(array.path, "c.0.0.0"), "rb") as f:
+        assert f.read() == expect
+    np.testing.assert_array_equal(row_state.read_block_state(array, 0, 5, 1), _state(5, 3, 1.0))
