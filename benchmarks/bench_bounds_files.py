@@ -1,13 +1,15 @@
 """CPU time of the bounds' files per pass beside a Lloyd pass, out of core.
 
 ``KMeans(algorithm='hamerly', persist=False)`` keeps each row block's bounds in
-a Zarr sidecar (:mod:`dqkm.data.row_state`).  This measures, in one process
-and in CPU time (so that a loaded machine does not hide it), what the files add
-to one pass: creating the pass's array, reading and unpacking every block's
-previous state, packing and writing its new state, and retiring the previous
-array; against a Lloyd pass over the same X: reading every block from its Zarr
-store and :func:`dqkm.kernels.lloyd.lloyd_partials`.  The two are timed
-alternately, ``--repeat`` times, and the fastest of each is kept.  Run::
+a Zarr sidecar (:mod:`dqkm.data.row_state`): one array per fit, each block's
+chunk rewritten by every pass with the pass's stamp.  This measures, in one
+process and in CPU time (so that a loaded machine does not hide it), what the
+files add to one pass: reading, checking and unpacking every block's previous
+state (the chunk of the previous pass's stamp), packing its new state and
+writing it over the chunk (a temporary file renamed into place); against a
+Lloyd pass over the same X: reading every block from its Zarr store and
+:func:`dqkm.kernels.lloyd.lloyd_partials`.  The two are timed alternately,
+``--repeat`` times, and the fastest of each is kept.  Run::
 
     .venv/bin/python benchmarks/bench_bounds_files.py [--rows 200000] [--features 16]
 """
@@ -54,25 +56,25 @@ def measure(n, d, k, n_blocks, repeat, tmp):
     C = X[:k].copy()
     starts = np.concatenate([[0], np.cumsum(chunks)])
     directory = row_state.create_state_directory(tmp)
+    array = row_state.create_state_array(directory, chunks, 3, "float32")  # once per fit
     new = [(rng.integers(0, k, m).astype(np.int32), rng.random(m) * 10, rng.random(m))
            for m in chunks]
-    gen = [0]
+    stamp = [0]
 
     def lloyd_pass():
         for i in range(len(chunks)):
             lloyd_partials(z[starts[i]:starts[i + 1]], C)
 
     def files_pass():
-        g = gen[0]
-        row_state.create_generation(directory, g + 1, chunks, 3, "float32")
+        g = stamp[0]
         for i, m in enumerate(chunks):
             if g:  # what the kernel is given (it copies it, with or without files)
-                _unpack(row_state.read_block_state(directory, g, i, (m, 3)), m, k, "hamerly")
+                state = row_state.read_block_state(array, i, m, g)
+                assert state is not None
+                _unpack(state, m, k, "hamerly")
             # what the kernel returns: int32 labels, float64 bounds
-            row_state.write_block_state(directory, g + 1, i, pack_state(*new[i]))
-        if g:
-            row_state.retire_generation(directory, g, len(chunks))
-        gen[0] = g + 1
+            row_state.write_block_state(array, i, pack_state(*new[i]), g + 1)
+        stamp[0] = g + 1
 
     lloyd_pass()
     files_pass()
@@ -80,7 +82,8 @@ def measure(n, d, k, n_blocks, repeat, tmp):
     for _ in range(repeat):
         a.append(_cpu(lloyd_pass))
         b.append(_cpu(files_pass))
-    row_state.remove_state_directory(directory, [gen[0]], len(chunks))
+    row_state.remove_state_array(array, len(chunks))
+    row_state.remove_state_directory(directory)
     return min(a), min(b)
 
 
@@ -114,9 +117,10 @@ def main():
                                     f"{lloyd * 1e3:.2f}", f"{files * 1e3:.2f}",
                                     f"{files / lloyd:.1%}"]]), notes=(
                        "CPU time in one process, one thread, of what 'hamerly's files add to "
-                       "one pass over X re-read from Zarr (create the pass's array, read and "
-                       "unpack every block's previous state, pack and write the new one, "
-                       "retire the previous array), against a Lloyd pass over the same X "
+                       "one pass over X re-read from Zarr (read, check the checksum and stamp "
+                       "of, and unpack every block's previous state; pack the new one and "
+                       "write it over the block's chunk through a temporary file renamed "
+                       "into place), against a Lloyd pass over the same X "
                        f"(read every block, the kernel); fastest of {args.repeat}, timed "
                        "alternately. CPU time, so that other jobs on the machine do not hide "
                        "the files' cost; the wall-clock view is on the "

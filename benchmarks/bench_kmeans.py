@@ -516,8 +516,9 @@ def write_bounds_pages(args, converge, ooc):
         write_page("kmeans_ooc", "K-means out of core: the bounds' extra I/O", ooc, notes=(
             "Zarr store on local disk, `distributed.LocalCluster` of 2 single-thread "
             "workers, `persist=False` (every pass re-reads X). 'hamerly' keeps 3 numbers per "
-            "row, float32 rounded outward in files; in files, every pass reads the previous "
-            "pass's file and writes its own. Seconds per iteration, mean of iterations 2 … "
+            "row, float32 rounded outward in files; in files (one Zarr array per fit, one "
+            "chunk per block), every pass reads each block's chunk as the previous pass "
+            "wrote it and rewrites it. Seconds per iteration, mean of iterations 2 … "
             f"{args.iters}, best of {args.repeat}; the \"files − memory\" column is the "
             "files' cost as a share of a Lloyd pass."))
 

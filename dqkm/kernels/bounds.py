@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from ._exact import _rescan_direct, _scan, exact_sq_dist
+from .bounds_pack import pack_state
 from .lloyd import _DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
@@ -415,53 +416,6 @@ def _mark_nonfinite(mind):  # OUT mind
             mind[r] = np.inf
             found = True
     return found
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _outward(b, v, x, up):
-    """Bits of ``x`` (float64) rounded to float32 ``v`` (bits ``b``) outward: ``b``, or
-    where ``v`` is on the wrong side of ``x``, ``np.nextafter(v, ±inf)`` (selects:
-    half the values move, unpredictably, and a branch per value cost twice)."""
-    nxt = b + (np.int32(1) if (v > 0) == up else np.int32(-1))
-    nxt = (np.int32(1) if up else np.int32(-2147483647)) if v == 0 else nxt
-    wrong = v < x if up else v > x
-    return nxt if wrong else b
-
-
-@njit(nogil=True, cache=True)
-def _pack_rows(labels, upper, lower, out):  # OUT out
-    bits = out.view(np.int32)
-    for r in range(labels.shape[0]):
-        out[r, 0] = np.float32(labels[r])
-        v = np.float32(upper[r])
-        out[r, 1] = v
-        bits[r, 1] = _outward(bits[r, 1], v, upper[r], True)
-        for j in range(lower.shape[1]):
-            v = np.float32(lower[r, j])
-            out[r, 2 + j] = v
-            bits[r, 2 + j] = _outward(bits[r, 2 + j], v, lower[r, j], False)
-
-
-def pack_state(labels, upper, lower):
-    """A chunk's bounds as one float32 row per row: ``(label, upper, lower…)``; the
-    label exact (below 2²⁴ clusters), the upper bound rounded up and the lower
-    bound(s) down, so that every bound stays a bound (NaN stays NaN).
-
-    Parameters
-    ----------
-    labels : ndarray of shape (n_rows,), integer
-    upper : ndarray of shape (n_rows,), float64
-    lower : ndarray of shape (n_rows,) or (n_rows, n_clusters), float64
-
-    Returns
-    -------
-    ndarray of shape (n_rows, 2 + lower's columns), float32
-    """
-    lower = np.ascontiguousarray(lower, dtype=np.float64).reshape(labels.shape[0], -1)
-    out = np.empty((labels.shape[0], 2 + lower.shape[1]), dtype=np.float32)
-    _pack_rows(np.ascontiguousarray(labels), np.ascontiguousarray(upper, dtype=np.float64),
-               lower, out)
-    return out
 
 
 class HamerlyResult(tuple):

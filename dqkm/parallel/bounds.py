@@ -10,9 +10,14 @@ one pass to the next:
   persisted task result on the worker that computed it, next to the block;
 - X re-read every pass (``persist=False``): the state of block ``i`` is chunk
   ``i`` of a Zarr sidecar chunk-aligned with X (:mod:`dqkm.data.row_state`),
-  in a directory this module creates and removes (under the fit's checkpoint
-  directory when it has one, else under the temporary directory), so memory
-  stays bounded by a few chunks per worker.
+  one array per fit in a directory this module creates and removes (under
+  the fit's checkpoint directory when it has one, else under the temporary
+  directory), so memory stays bounded by a few chunks per worker.  Every
+  pass rewrites the chunk of each block, stamped with a number no pass had
+  before (:attr:`BoundedPasses.stamp`), and reads the chunks stamped by the
+  last pass that completed (:attr:`BoundedPasses.holds`); a pass that fails
+  gives its number up, so a chunk it (or a retried or outlived task) wrote is
+  no state to a later pass, whose task scans that block in full.
 
 Exactness does not depend on the state surviving.  The bounds of a block are
 valid for the centers they were last updated with (:attr:`BoundedPasses.valid_for`)
@@ -42,13 +47,13 @@ import dask
 import numpy as np
 import scipy.sparse as sp
 
-from ..data.row_state import (create_generation, create_state_directory, read_block_state,
-                              remove_block_states, remove_state_directory, retire_generation,
+from ..data.row_state import (create_state_array, create_state_directory, read_block_state,
+                              remove_block_states, remove_state_array, remove_state_directory,
                               write_block_state)
 from ..kernels.bounds import (center_geometry, center_separations, elkan_partials,
                               hamerly_partials, pack_state)
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
-                     map_blocks_with_state)
+                     map_blocks_reduce, map_blocks_with_state)
 from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
@@ -103,8 +108,9 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
 
 # --------------------------------------------------------------------------- chunk level
 def _unpack(state, n, k, kind):
-    """(labels, upper, lower) from the 2-D float32 array a sidecar file holds: views
-    of its columns (the kernels convert their state as they copy it)."""
+    """(labels, upper, lower) from the 2-D float32 array a sidecar chunk holds:
+    read-only views of its columns (the kernels convert their state as they copy
+    it; Elkan's in-place update works on its float64 copy)."""
     if state is None:
         return None
     return state[:, 0], state[:, 1], (state[:, 2] if kind == "hamerly" else state[:, 2:])
@@ -126,16 +132,17 @@ def _weighted(block, labels, mind, w, k):
 
 
 def _bounded_chunk(block, state, geom, weights, spec, index, offset):
-    """One block's bounded step: ``(new_state, partial)``; with a sidecar the new
-    state is written to its file and ``new_state`` is None."""
+    """One block's bounded step: ``(new_state, partial)``; with a sidecar
+    (``spec['array']``) the state is read from the block's chunk if it holds the
+    stamp ``spec['read']``, the new state is written there with the stamp
+    ``spec['write']`` and ``new_state`` is None."""
     kind, centers = spec["kind"], geom["centers"]
     n, k = block.shape[0], centers.shape[0]
     lower_shape = (n,) if kind == "hamerly" else (n, k)
-    if spec["directory"] is not None:
+    if spec["array"] is not None:
         state = None
         if spec["read"] is not None:
-            state = _unpack(read_block_state(spec["directory"], spec["read"], index,
-                                             (n, 2 + (1 if kind == "hamerly" else k))), n, k, kind)
+            state = _unpack(read_block_state(spec["array"], index, n, spec["read"]), n, k, kind)
     fresh = state is None or state[0].shape != (n,) or state[2].shape != lower_shape
     if fresh:
         state = _fresh(n, k, kind)  # no bounds yet: the kernel scans every center (Lloyd)
@@ -155,10 +162,15 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
     if spec["with_moments"]:
         part["moments"] = _moments(block)
     new_state = (labels, upper, lower)
-    if spec["directory"] is not None:
-        write_block_state(spec["directory"], spec["write"], index, pack_state(*new_state))
+    if spec["array"] is not None:
+        write_block_state(spec["array"], index, pack_state(*new_state), spec["write"])
         new_state = None
     return new_state, part
+
+
+def _sidecar_chunk(block, geom, weights, spec, index, offset):
+    """:func:`_bounded_chunk` of a block whose state is in the sidecar: its partial."""
+    return _bounded_chunk(block, None, geom, weights, spec, index, offset)[1]
 
 
 def _combine(parts):
@@ -204,6 +216,15 @@ class BoundedPasses:
         (``KMeans.fit`` passes its checkpoint directory; None: Dask's
         ``temporary-directory``, else the system's temporary directory).  Only
         the state directory this object created is removed, by :meth:`close`.
+
+    Attributes
+    ----------
+    valid_for : ndarray or None
+        The centers the kept bounds are valid for (None: no bounds).
+    stamp : int
+        The number the last sidecar pass wrote its chunks with (each pass a new one).
+    holds : int or None
+        The stamp of the chunks that hold the bounds of ``valid_for`` (None: none).
     """
 
     def __init__(self, X, kind, *, split_every=None, sample_weight=None, in_memory=None,
@@ -217,22 +238,21 @@ class BoundedPasses:
             self.wblocks = list(np.asarray(sample_weight.to_delayed()).reshape(-1))
         self.offsets = np.concatenate([[0], np.cumsum(X.chunks[0])]).astype(np.int64)
         self.in_memory = held_in_memory(X) if in_memory is None else bool(in_memory)
-        self.base, self.directory = directory, None
-        self.generation = 0  # the sidecar files of this pass hold the current bounds
-        self.written = set()  # the generations whose files may exist
+        self.base, self.directory, self.array = directory, None, None
+        self.stamp = 0  # the last stamp handed to a pass (each pass gets a new one)
         self.reset()
 
     def reset(self):
         """Forget every block's bounds (the next pass scans all centers)."""
         self.blocks = [None] * len(self.xblocks)
         self.valid_for = None
-        self.has_files = False
+        self.holds = None  # the stamp of the pass whose bounds the sidecar holds
 
     def drop_block(self, index):
         """Forget block ``index``'s bounds, as a lost worker or file would."""
         self.blocks[index] = None
-        if self.directory is not None and self.has_files:
-            remove_block_states(self.directory, self.generation, [index])
+        if self.array is not None:
+            remove_block_states(self.array, [index])
 
     def step(self, centers, iteration, *, tol, tol_abs, relocate=None):
         """One Lloyd iteration with pruning: ``(new_centers, record, tol_abs)`` as
@@ -271,30 +291,18 @@ class BoundedPasses:
         return new, rec, tol_abs
 
     def _pass(self, geom, with_moments, n_clusters):
-        sidecar = not self.in_memory
-        if sidecar and self.directory is None:
-            self.directory = create_state_directory(self.base)
-        spec = {"kind": self.kind, "with_moments": with_moments,
-                "directory": self.directory if sidecar else None,
-                "read": self.generation if sidecar and self.has_files else None,
-                "write": self.generation + 1}
+        if not self.in_memory:
+            return self._sidecar_pass(geom, with_moments, n_clusters)
+        spec = {"kind": self.kind, "with_moments": with_moments, "array": None}
         client = active_client()
-        prev = [None] * len(self.blocks) if sidecar else list(self.blocks)
+        prev = list(self.blocks)
         if client is not None:  # persisted results on the workers, or None if one was lost
             prev = [_alive(p) for p in prev]
-        # not a pure function of its inputs (it writes the next generation's side files,
-        # Elkan updates its state in place): fresh keys per pass
+        # not a pure function of its inputs (Elkan updates its state in place): fresh keys
         bp = map_blocks_with_state(self.X, _bounded_chunk, _combine, split_every=self.split_every,
                                    args=(PerBlock(prev), geom, PerBlock(self.wblocks), spec),
                                    with_offsets=True, name="bounds", pure=False)
-        if sidecar:
-            self.written.add(self.generation + 1)
-            width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
-            create_generation(self.directory, self.generation + 1, self.X.chunks[0], width,
-                              "float32")
-            (res,) = compute(bp.result)
-            self._advance_files()
-        elif client is None:  # local threads: the blocks' states stay in this process, and
+        if client is None:  # local threads: the blocks' states stay in this process, and
             ((res, self.blocks),) = compute(bp.together)  # one collection's overhead
         else:  # on the workers, next to the blocks that computed them
             persisted = dask.persist(*bp.states, bp.result)
@@ -302,17 +310,44 @@ class BoundedPasses:
             (res,) = compute(persisted[-1])
         return res
 
-    def _advance_files(self):
-        """The pass wrote generation + 1: it now holds the bounds; drop the older files."""
-        if self.generation in self.written:
-            retire_generation(self.directory, self.generation, len(self.xblocks))
-            self.written.discard(self.generation)
-        self.generation += 1
-        self.has_files = True
+    def _sidecar_pass(self, geom, with_moments, n_clusters):
+        """A pass whose blocks read their bounds from the sidecar chunks stamped
+        ``self.holds`` and write the new ones stamped with a number no pass had:
+        if it fails, its stamp is given up and ``self.holds`` still names the
+        bounds of ``self.valid_for`` (a chunk it rewrote is no state for the next
+        pass, which scans that block in full)."""
+        width = 3 if self.kind == "hamerly" else 2 + int(n_clusters)
+        if self.array is None or self.array.width != width:
+            self._new_array(width)
+        self.stamp += 1
+        spec = {"kind": self.kind, "with_moments": with_moments, "array": self.array,
+                "read": self.holds, "write": self.stamp}
+        # the stamp makes the keys new every pass (the tasks read and write files)
+        (res,) = compute(map_blocks_reduce(self.X, _sidecar_chunk, _combine,
+                                           args=(geom, PerBlock(self.wblocks), spec),
+                                           split_every=self.split_every, with_offsets=True,
+                                           name="bounds-files"))
+        self.holds = self.stamp
+        return res
+
+    def _new_array(self, width):
+        """The sidecar array of ``width`` values per row, in a new state directory
+        (an array of another width is removed with its directory, first)."""
+        self._remove_files()
+        self.holds = None
+        self.directory = create_state_directory(self.base)
+        self.array = create_state_array(self.directory, self.X.chunks[0], width, "float32")
+
+    def _remove_files(self):
+        if self.array is not None:
+            remove_state_array(self.array, len(self.xblocks))
+            self.array = None
+        if self.directory is not None:
+            remove_state_directory(self.directory)
+            self.directory = None
 
     def close(self):
-        """Drop the state: release the workers' copies and remove the state files."""
+        """Drop the state: release the workers' copies and remove the state files
+        (only those the sidecar names, then the directories left empty)."""
         self.reset()
-        if self.directory is not None:
-            remove_state_directory(self.directory, sorted(self.written), len(self.xblocks))
-            self.directory, self.written = None, set()
+        self._remove_files()

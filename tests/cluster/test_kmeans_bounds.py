@@ -10,6 +10,7 @@ with the Lloyd fit, exactly.
 import logging
 import os
 import signal
+import struct
 
 import dask
 import dask.array as da
@@ -94,8 +95,12 @@ def test_bounds_on_reread_zarr_keep_state_in_files_they_remove(tmp_path, blobs, 
         got = dqkm.KMeans(8, algorithm=algorithm, random_state=0, tol=1e-6, max_iter=60,
                           persist=False).fit(X, callback=look)
     _assert_same(got, ref)
-    # between passes: the Zarr sidecar of the latest pass only, one chunk per block (5 blocks)
-    assert seen[1] == sorted(["zarr.json"] + ["0"] * 5)
+    # between passes: the fit's one Zarr array, one chunk per block (5 blocks), and from
+    # the second pass on the chunk each replaced (the next pass's spare)
+    chunks = [f"c.{i}.0.0" for i in range(5)]
+    assert seen[0] == sorted(["zarr.json"] + chunks)
+    assert seen[1] == seen[-1] == sorted(["zarr.json"] + chunks
+                                         + [c + ".dqkm-spare" for c in chunks])
     assert list(scratch.iterdir()) == []  # the fit removed what it wrote
     assert max(h["skipped"] for h in got.history_) > 0.5
     # persisted, the same fit keeps the state in memory and writes no file
@@ -263,10 +268,11 @@ def test_algorithm_is_not_in_the_checkpoint_identity(blobs):
 
 @pytest.mark.distributed
 def test_sidecar_is_zarr_aligned_with_x_and_survives_a_killed_worker(tmp_path, blobs):
-    """With X re-read, every pass's bounds are a Zarr array whose chunks are X's
-    row blocks; a worker killed mid-pass loses none of them: the retried task
-    reads the previous pass's chunk from disk, so no block is scanned in full
-    after the first pass, and the fit is Lloyd's."""
+    """With X re-read, the bounds are a Zarr array whose chunks are X's row blocks,
+    each rewritten by every pass with its stamp; a worker killed mid-pass (before
+    the block's task wrote) loses none of them: the retried task reads the
+    previous pass's chunk from disk, so no block is scanned in full after the
+    first pass, and the fit is Lloyd's."""
     import zarr
     from distributed import Client, LocalCluster
 
@@ -277,13 +283,17 @@ def test_sidecar_is_zarr_aligned_with_x_and_survives_a_killed_worker(tmp_path, b
     Xk = X.map_blocks(_die_on_nth_read, counter=counter, dtype=X.dtype)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    layouts = []
+    layouts, stamps = [], []
 
     def look(record, state):
         (state_dir,) = scratch.iterdir()
-        (gen,) = state_dir.iterdir()
-        z = zarr.open_array(str(gen), mode="r")
-        layouts.append((z.shape, z.chunks, z.dtype, bool(np.isnan(z[:, 0]).any())))
+        (array,) = state_dir.iterdir()
+        z = zarr.open_array(str(array), mode="r")
+        rows = z.attrs["row_chunks"]
+        heads = {struct.unpack("<QI", z[i, 0].tobytes()) for i in range(len(rows))}
+        stamps.append(sorted(heads))
+        layouts.append((z.shape, z.chunks, z.dtype,
+                        any(np.isnan(z[i, 1:1 + n]).any() for i, n in enumerate(rows))))
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
@@ -294,31 +304,15 @@ def test_sidecar_is_zarr_aligned_with_x_and_survives_a_killed_worker(tmp_path, b
         assert set(client.run(os.getpid).values()) != pids, "no worker was killed"
     with open(counter) as f:
         assert len(f.read()) > KILL_AT  # chunk 3 was read again after the kill
-    assert set(layouts) == {((4000, 3), (700, 3), np.dtype(np.float32), False)}  # float32 rounded outward
+    # one header row, then the block's rows: float32 rounded outward, no NaN
+    assert set(layouts) == {((6, 701, 3), (1, 701, 3), np.dtype(np.float32), False)}
+    # every block's chunk holds its rows and the stamp of the pass just done
+    assert stamps == [[(g, 500), (g, 700)] for g in range(1, got.n_iter_ + 1)]
     assert got.history_[0]["blocks_without_bounds"] == 6
     assert [h["blocks_without_bounds"] for h in got.history_[1:]] == [0] * (got.n_iter_ - 1)
     np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
     assert got.inertia_ == ref.inertia_ and got.n_iter_ == ref.n_iter_
     assert list(scratch.iterdir()) == []
-
-
-def test_sidecar_of_irregular_chunks_has_one_chunk_per_block(tmp_path):
-    from dqkm.data import row_state
-
-    d = row_state.create_state_directory(tmp_path)
-    chunks = (5, 0, 3, 7)
-    row_state.create_generation(d, 1, chunks, 3)
-    for i, n in enumerate(chunks):
-        assert row_state.write_block_state(d, 1, i, np.full((n, 3), float(i)))
-    for i, n in enumerate(chunks):
-        np.testing.assert_array_equal(row_state.read_block_state(d, 1, i, (n, 3)),
-                                      np.full((n, 3), float(i)))
-    assert row_state.read_block_state(d, 1, 0, (4, 3)) is None  # not of the shape asked
-    row_state.remove_block_states(d, 1, [2])
-    assert row_state.read_block_state(d, 1, 2, (3, 3)) is None  # a lost chunk: no state
-    (tmp_path / "mine.txt").write_text("not dqkm's")
-    row_state.remove_state_directory(d, [1], len(chunks))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
 
 
 @pytest.mark.parametrize("algorithm", BOUNDED)
@@ -372,37 +366,3 @@ def test_bounds_in_files_live_under_the_checkpoint_and_survive_resume(tmp_path, 
     assert max(h["skipped"] for h in resumed.history_[5:]) > 0.5
     assert list(scratch.iterdir()) == []
     assert not [p for p in ck.iterdir() if p.name.startswith("dqkm-row-state")]
-
-
-def test_sidecar_generations_reuse_the_directories_of_the_pass_before_last(tmp_path):
-    """retire_generation empties a pass's array and keeps its directories inside
-    the next array, where the array after that takes them: between passes the
-    state directory holds the latest array only (its files and, hidden, empty
-    directories), Zarr reads every array, and the removal leaves nothing."""
-    import zarr
-
-    from dqkm.data import row_state
-
-    d = row_state.create_state_directory(tmp_path)
-    chunks = (4, 4, 2)
-    inodes = []
-    for g in range(1, 5):
-        row_state.create_generation(d, g, chunks, 3, "float32")
-        for i, n in enumerate(chunks):
-            assert row_state.write_block_state(d, g, i, np.full((n, 3), g + i, np.float32))
-        inodes.append(os.stat(os.path.join(d, f"g{g:08d}", "c", "0")).st_ino)
-        if g > 1:
-            row_state.retire_generation(d, g - 1, len(chunks))
-        assert os.listdir(d) == [f"g{g:08d}"]
-        files = sorted(os.path.relpath(os.path.join(r, f), d)
-                       for r, _, fs in os.walk(d) for f in fs)
-        assert files == sorted([f"g{g:08d}/zarr.json"]
-                               + [f"g{g:08d}/c/{i}/0" for i in range(3)])
-        z = zarr.open_array(os.path.join(d, f"g{g:08d}"), mode="r")
-        np.testing.assert_array_equal(z[:, 0], np.repeat([g, g + 1, g + 2], chunks))
-    assert inodes[2] == inodes[0] and inodes[3] == inodes[1]  # the pass before last's
-    with pytest.raises(FileExistsError, match="never overwritten"):
-        row_state.create_generation(d, 4, chunks, 3, "float32")
-    (tmp_path / "mine.txt").write_text("not dqkm's")
-    row_state.remove_state_directory(d, [4], len(chunks))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
