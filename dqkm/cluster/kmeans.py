@@ -16,7 +16,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ..parallel.bounds import BoundedPasses, choose_algorithm
-from ..parallel.engine import driver_blas
+from ..parallel.engine import active_client, driver_blas
 from ..parallel.persist import maybe_persist, release_persisted, releases_persisted
 from ..exceptions import InvalidParameterError
 from .._validation import (PERSIST, SPLIT_EVERY, VERBOSE, Interval, Options, check_n_samples,
@@ -120,7 +120,9 @@ class LloydAlgorithm(IterativeAlgorithm):
         return lloyd_step(X, state, iteration, tol=self.tol, tol_abs=tol_abs,
                           split_every=self.split_every, sample_weight=self.sample_weight,
                           relocate=self._relocation(X),
-                          on_labels=self._keep_labels if self.with_labels else None)
+                          # kept here they cost nothing; as futures ~10 % of a small pass
+                          on_labels=self._keep_labels
+                          if self.with_labels and active_client() is None else None)
 
     def _keep_labels(self, centers, labels):
         self._last_labels = (centers, labels)
