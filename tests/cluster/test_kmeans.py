@@ -354,6 +354,24 @@ def test_transform_of_a_center_is_exactly_zero(sparse):
     np.testing.assert_allclose(Xt, pairwise_distances(km.cluster_centers_), rtol=1e-12)
 
 
+def _chunked_blobs(blobs, weighted):
+    """``(init, X as 1000-row Dask chunks, weights or None, weights as Dask or None)``."""
+    X, init = blobs
+    Xd = da.from_array(X, chunks=(1000, -1))
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
+    return init, Xd, w, wd
+
+
+def _assert_final_labels(km, Xd):
+    """labels_ are X's assignment to the final centers, in X's row chunks."""
+    from dqkm.parallel.lloyd import assign
+
+    np.testing.assert_array_equal(km.labels_.compute(),
+                                  assign(Xd, km.cluster_centers_).compute())
+    assert km.labels_.chunks == Xd.chunks[:1]
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_a_fit_that_keeps_its_labels_and_ends_with_no_shift_makes_no_final_pass(
         monkeypatch, blobs, weighted):
@@ -362,9 +380,7 @@ def test_a_fit_that_keeps_its_labels_and_ends_with_no_shift_makes_no_final_pass(
     import dqkm.cluster.kmeans as kmeans_mod
     import dqkm.parallel.lloyd as lloyd_mod
 
-    X, init = blobs
-    Xd = da.from_array(X, chunks=(1000, -1))
-    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    init, Xd, w, wd = _chunked_blobs(blobs, weighted)
     final = []
     for name in ("labels_and_inertia", "inertia"):
         real = getattr(kmeans_mod, name)
@@ -373,12 +389,9 @@ def test_a_fit_that_keeps_its_labels_and_ends_with_no_shift_makes_no_final_pass(
     km = dqkm.KMeans(6, init=init, max_iter=100, tol=0, persist=True).fit(Xd, sample_weight=w)
     assert km.history_[-1]["shift"] == 0 and km.n_iter_ < 100
     assert final == []
-    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
     assert km.inertia_ == pytest.approx(lloyd_mod.inertia(Xd, km.cluster_centers_,
                                                           sample_weight=wd), rel=1e-12)
-    np.testing.assert_array_equal(km.labels_.compute(),
-                                  lloyd_mod.assign(Xd, km.cluster_centers_).compute())
-    assert km.labels_.chunks == Xd.chunks[:1]
+    _assert_final_labels(km, Xd)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -388,9 +401,7 @@ def test_a_fit_that_keeps_its_labels_computes_them_with_the_inertia_in_one_pass(
     # final pass over X (one assignment per block), equal to the two separate passes
     import dqkm.parallel.lloyd as lloyd_mod
 
-    X, init = blobs
-    Xd = da.from_array(X, chunks=(1000, -1))
-    w = np.random.default_rng(0).uniform(0.5, 2.0, len(X)) if weighted else None
+    init, Xd, w, wd = _chunked_blobs(blobs, weighted)
     calls = []
     real = lloyd_mod._assign
     monkeypatch.setattr(lloyd_mod, "_assign",
@@ -402,8 +413,5 @@ def test_a_fit_that_keeps_its_labels_computes_them_with_the_inertia_in_one_pass(
     if not weighted:
         assert len(calls) == Xd.numblocks[0]
     monkeypatch.setattr(lloyd_mod, "_assign", real)
-    wd = None if w is None else da.from_array(w, chunks=(Xd.chunks[0],))
     assert km.inertia_ == lloyd_mod.inertia(Xd, km.cluster_centers_, sample_weight=wd)
-    np.testing.assert_array_equal(km.labels_.compute(),
-                                  lloyd_mod.assign(Xd, km.cluster_centers_).compute())
-    assert km.labels_.chunks == Xd.chunks[:1]
+    _assert_final_labels(km, Xd)
