@@ -373,7 +373,8 @@ def test_the_uuid_check_sees_a_uuid4_key():
 # tasks in a HighLevelGraph layer).  Elsewhere, code uses dask's collections (dask.array
 # functions, ``to_delayed``, ``persist``, ``compute``) but builds no graph by hand.
 GRAPH_MODULES = ("dask.delayed", "dask.highlevelgraph", "dask.task_spec")
-GRAPH_BUILDERS = {"dqkm.parallel.engine"}
+# the engine, and the in-process runner of its graphs (it reads their task_spec nodes)
+GRAPH_BUILDERS = {"dqkm.parallel.engine", "dqkm.parallel.local_run"}
 # Other modules that may use them, each with its reason.  Keep it empty.
 KNOWN_GRAPH_BUILDERS: dict[str, str] = {}
 

@@ -124,7 +124,15 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):
     """Move and test the bounds of every row, tightening the upper bound where
     the test fails; the rows still failing (and those with label -1: no bounds
     yet) are listed in ``todo`` for :func:`_rescan`.  Returns (distances
-    computed, number of rows listed)."""
+    computed, number of rows listed).
+
+    Two loops: the first moves every row's bounds and lists the failing rows
+    without a branch (a skip/fail branch per row was mispredicted often enough
+    to cost more than the bounds' arithmetic); the second tightens the listed
+    rows' upper bounds by their exact distance and keeps those still failing.
+    A row listed by the first loop has its moved bounds written; a row the
+    second keeps is rescanned, which resets them.
+    """
     k = centers.shape[0]
     # largest and second-largest move: max_{j≠a} δ_j without a K loop per row
     m1 = -1.0
@@ -138,31 +146,36 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):
         elif shift[j] > m2:
             m2 = shift[j]
     m1 = max(m1, 0.0)
-    computed = 0
+    up = 1.0 + eps
     m = 0
     for r in range(X.shape[0]):
         a = labels[r]
-        if a >= 0:
-            other = m2 if a == a1 else m1
-            u = (upper[r] + shift[a]) * (1.0 + eps)
-            lo = lower[r] - other
-            if np.isfinite(lo):
-                lo = lo - eps * (abs(lower[r]) + other)
-            bound = max(half_sep[a], lo)
-            if u < bound:
-                upper[r] = u
-                lower[r] = lo
-                continue
-            known_d2 = _sq_dist(X, r, centers, a)
-            computed += 1
-            u = np.sqrt(known_d2) * (1.0 + eps)
-            if u < bound:
-                upper[r] = u
-                lower[r] = lo
-                continue
+        aa = max(a, 0)
+        other = m2 if aa == a1 else m1
+        u = (upper[r] + shift[aa]) * up
+        lw = lower[r]
+        lo = lw - other
+        low = lo - eps * (abs(lw) + other)
+        lo = low if np.isfinite(lo) else lo
+        bound = max(half_sep[aa], lo)
+        upper[r] = u
+        lower[r] = lo
         todo[m] = r
-        m += 1
-    return computed, m
+        m += 0 if (u < bound and a >= 0) else 1
+    computed = 0
+    n_todo = 0
+    for i in range(m):
+        r = todo[i]
+        a = labels[r]
+        if a >= 0:
+            computed += 1
+            u = np.sqrt(_sq_dist(X, r, centers, a)) * up
+            if u < max(half_sep[a], lower[r]):
+                upper[r] = u
+                continue
+        todo[n_todo] = r
+        n_todo += 1
+    return computed, n_todo
 
 
 @njit(nogil=True, cache=True, fastmath={"nnan", "reassoc", "nsz"})

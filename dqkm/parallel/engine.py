@@ -38,6 +38,7 @@ from dask.task_spec import GraphNode, List, Task, TaskRef
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
                             scheduler_workers, show_progress, wait_watched)
 from .blas import _CONTROLLER, blas_limit_context, driver_blas, one_blas_thread  # noqa: F401
+from .local_run import inline_cheap, run_graph
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,8 @@ def compute(*objs):
             return dask.compute(*objs)
         graph = HighLevelGraph.merge(*(o.__dask_graph__() for o in objs))
         keys = [o.key for o in objs]
-        return tuple(get(dict(graph.cull(set(keys))), keys))
+        graph = dict(graph.cull(set(keys)))
+        return run_graph(graph, keys) or tuple(get(graph, keys))
 
 
 # dask's local schedulers by their config names (dask.config "scheduler")
@@ -123,11 +125,10 @@ _LOCAL_GETS = {None: dask.threaded.get, "threads": dask.threaded.get,
 
 def _local_get(objs):
     """The local scheduler's ``get`` for a compute of ``Delayed`` passes, or None
-    (use ``dask.compute``).  A pass's graph is built whole by this module's
-    helpers (X's blocks already optimized by ``to_delayed``): culled and run by
-    the configured threaded or synchronous scheduler it gives what
-    ``dask.compute`` gives, without the collection handling that cost a pass
-    over small blocks more than the scheduler itself."""
+    (use ``dask.compute``).  A pass's graph is built whole by this module's helpers
+    (X's blocks already optimized by ``to_delayed``): culled and run by
+    :func:`~dqkm.parallel.local_run.run_graph` or the configured local scheduler,
+    it gives what ``dask.compute`` gives, without its collection handling."""
     if not objs or not all(isinstance(o, Delayed) for o in objs):
         return None
     name = dask.config.get("scheduler", None)
@@ -228,11 +229,7 @@ def _check_tree(split_every: int, n_parts: int) -> None:
 def _tree_tasks(layer: dict, keys: list, combine: Callable, split_every: int,
                 prefix: str) -> Any:
     """Add the tasks of a ``combine`` tree over ``keys`` to ``layer``; return the root key.
-
-    Tasks are written directly as ``dask.task_spec.Task`` objects with explicit
-    ``TaskRef`` dependencies: building them with ``delayed`` cost ~1 ms per pass,
-    a few per cent of a small Lloyd iteration.
-    """
+    Written as ``Task`` objects with ``TaskRef`` dependencies (``delayed``: ~1 ms per pass)."""
     _check_tree(split_every, len(keys))
     level = 0
     while len(keys) > 1:
@@ -454,6 +451,7 @@ def map_blocks_with_state(X: da.Array, chunk: Callable, combine: Callable, *, ar
                      Delayed(both, graph, layer=layer_name))
 
 
+@inline_cheap
 def _result_and_states(result, *states):
     return result, list(states)
 

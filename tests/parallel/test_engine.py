@@ -392,8 +392,10 @@ def test_broadcast_args_of_separate_graphs_all_reach_the_pass():
 
 @pytest.mark.parametrize("scheduler", ["threads", "sync"])
 def test_local_compute_of_passes_goes_to_the_configured_scheduler(scheduler, monkeypatch):
-    # a pass's Delayed goes straight to the configured local scheduler, each block's
-    # task once; other collections (here an array) go through dask.compute
+    # a pass's Delayed whose blocks are computed by tasks of their own (here X + 0:
+    # not values in memory, which dqkm.parallel.local_run runs) goes straight to the
+    # configured local scheduler, each block's task once; other collections (here an
+    # array) go through dask.compute
     import dqkm.parallel.engine as eng
 
     calls = []
@@ -402,7 +404,7 @@ def test_local_compute_of_passes_goes_to_the_configured_scheduler(scheduler, mon
         calls.append(block.shape[0])
         return _chunk(block, c)
 
-    X = da.from_array(np.arange(40.0).reshape(20, 2), chunks=(5, 2))
+    X = da.from_array(np.arange(40.0).reshape(20, 2), chunks=(5, 2)) + 0.0
     d = map_blocks_reduce(X, counted, sum_partials, args=(2.0,))
     used = []
     real = eng._LOCAL_GETS[scheduler]
