@@ -31,9 +31,9 @@ import dask.array as da
 import dask.threaded
 import numpy as np
 from dask.base import tokenize
-from dask.delayed import Delayed, delayed
+from dask.delayed import Delayed
 from dask.highlevelgraph import HighLevelGraph
-from dask.task_spec import GraphNode, List, Task, TaskRef
+from dask.task_spec import DataNode, GraphNode, List, Task, TaskRef
 
 from ..data.execute import (active_client, compute_settled, cpu_count, local_progress, progress,
                             scheduler_workers, show_progress, wait_watched)
@@ -179,8 +179,8 @@ def broadcast(obj: Any, name: str = "state") -> Delayed:
     key (an object tokenizes by its ``__dask_tokenize__`` where it has one).
     A pass over re-read X on a cluster sends it to every worker (:func:`_block_tasks`).
     """
-    d = delayed(obj, name=f"dqkm-{name}-{tokenize(obj)}", traverse=False)
-    out = _Broadcast(d.key, d.dask)
+    key = f"dqkm-{name}-{tokenize(obj)}"  # a DataNode: a tuple is data, never a task
+    out = _Broadcast(key, HighLevelGraph.from_collections(key, {key: DataNode(key, obj)}))
     out.value = obj
     return out
 

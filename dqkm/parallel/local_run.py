@@ -22,7 +22,6 @@ custom ``pool`` in dask's config.
 from __future__ import annotations
 
 import concurrent.futures
-import graphlib
 import operator
 import os
 import threading
@@ -81,13 +80,38 @@ def _levels(graph: dict):
             return None  # another node kind, or a legacy task that may hold keys
         else:
             deps[k] = ()
-    depth: dict = {}
-    for k in graphlib.TopologicalSorter(deps).static_order():
-        depth[k] = 1 + max((depth[d] for d in deps[k]), default=-1)
+    depth = _depths(deps)
+    if depth is None:
+        return None
     levels: list = [[] for _ in range(1 + max(depth.values(), default=-1))]
     for k, lvl in depth.items():
         levels[lvl].append(k)
     return levels
+
+
+def _depths(deps: dict):
+    """Each key's depth (0: no dependency), by a depth-first walk; None for a graph
+    with a missing key or a cycle (dask's scheduler then raises its own error)."""
+    depth: dict = {}
+    path: set = set()  # keys entered and not yet left: the walk's current path
+    for root in deps:
+        stack = [(root, False)]
+        while stack:
+            k, leaving = stack.pop()
+            if leaving:
+                depth[k] = 1 + max((depth[d] for d in deps[k]), default=-1)
+                path.discard(k)
+                continue
+            if k in depth:
+                continue
+            path.add(k)
+            stack.append((k, True))
+            for d in deps[k]:
+                if d in path or d not in deps:
+                    return None
+                if d not in depth:
+                    stack.append((d, False))
+    return depth
 
 
 def _local_scheduler() -> str | None:

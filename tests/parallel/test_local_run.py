@@ -160,3 +160,13 @@ def test_a_forked_child_runs_passes_on_pools_of_its_own():
                 os._exit(4)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_task_depths_of_shared_inputs_cycles_and_missing_keys():
+    from dqkm.parallel.local_run import _depths
+
+    # a diamond and a task that takes both a node and that node's input
+    deps = {"x": (), "a": ("x",), "b": ("x",), "c": ("a", "b"), "d": ("c", "a", "x")}
+    assert _depths(deps) == {"x": 0, "a": 1, "b": 1, "c": 2, "d": 3}
+    assert _depths({"a": ("b",), "b": ("a",)}) is None  # a cycle: dask reports it
+    assert _depths({"a": ("missing",)}) is None
