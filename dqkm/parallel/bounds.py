@@ -58,7 +58,7 @@ from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
-           "AUTO_MAX_FEATURES", "AUTO_MIN_WORK"]
+           "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS", "AUTO_MIN_CLUSTERS_MID", "AUTO_MIN_FEATURES"]
 
 BOUNDED_ALGORITHMS = ("hamerly", "elkan")
 
@@ -69,10 +69,12 @@ def held_in_memory(X) -> bool:
     return blocks_held_in_memory(X)
 
 
-# 'auto' prunes from this many products n_features × n_clusters on (below, the Lloyd
-# pass's SIMD kernel costs less than the bounds' bookkeeping), up to AUTO_MAX_FEATURES
-# features; see choose_algorithm.
-AUTO_MIN_WORK = 4096
+# 'auto' prunes with AUTO_MIN_CLUSTERS clusters or more at any dimension, and from
+# AUTO_MIN_CLUSTERS_MID clusters on from AUTO_MIN_FEATURES features, up to
+# AUTO_MAX_FEATURES features; see choose_algorithm.
+AUTO_MIN_CLUSTERS = 128
+AUTO_MIN_CLUSTERS_MID = 32
+AUTO_MIN_FEATURES = 4
 AUTO_MAX_FEATURES = 64
 
 
@@ -84,14 +86,16 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
       'lloyd': there the Lloyd pass assigns by a float32 GEMM whose labels are
       not certified exact (every other dense Lloyd kernel's are), so the bounds
       could not promise its labels.
-    - 'auto' is 'hamerly' when ``n_features × n_clusters`` is at least
-      :data:`AUTO_MIN_WORK` and there are at most :data:`AUTO_MAX_FEATURES`
-      features, else 'lloyd': below, the Lloyd pass's kernel costs less per row
-      than the bounds' bookkeeping and the rows they must rescan
-      (benchmarks/bench_kmeans.py ``--converge``, whole fits: 'hamerly' lost
-      to 'lloyd' at D = 2, K = 16 and, since its full scans use the Lloyd
-      pass's direct kernel, won at D = 16, K = 64, below the threshold, which
-      is kept conservative); 'elkan' (n × K bounds) is never chosen by 'auto'.
+    - 'auto' is 'hamerly' for at most :data:`AUTO_MAX_FEATURES` features and
+      either at least :data:`AUTO_MIN_CLUSTERS` clusters or at least
+      :data:`AUTO_MIN_CLUSTERS_MID` clusters and :data:`AUTO_MIN_FEATURES`
+      features, else 'lloyd'.  Whole fits to convergence on 1M rows
+      (benchmarks/bench_kmeans.py ``--converge --cases grid``): 'hamerly'
+      took half of 'lloyd''s time or less at K = 256 from D = 2 on, and less
+      at K = 64 from D = 8 on (a tie at D = 3, a loss at D = 2); at K = 16 the
+      Lloyd pass's direct kernel costs as little per row as the bounds'
+      bookkeeping and 'lloyd' was as fast or faster at every D.  'elkan'
+      (n × K bounds) is never chosen by 'auto'.
     """
     from ..kernels.lloyd import _DIRECT_MAX_D
 
@@ -101,7 +105,9 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
         return "lloyd"
     if algorithm != "auto":
         return algorithm
-    if X.shape[1] * n_clusters >= AUTO_MIN_WORK and X.shape[1] <= AUTO_MAX_FEATURES:
+    d = X.shape[1]
+    if d <= AUTO_MAX_FEATURES and (n_clusters >= AUTO_MIN_CLUSTERS or (
+            n_clusters >= AUTO_MIN_CLUSTERS_MID and d >= AUTO_MIN_FEATURES)):
         return "hamerly"
     return "lloyd"
 

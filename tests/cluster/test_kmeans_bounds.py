@@ -23,8 +23,8 @@ import dqkm
 from dqkm._validation import InvalidParameterError
 from dqkm.exceptions import DataError
 from dqkm.parallel import bounds as pbounds
-from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_WORK, BoundedPasses,
-                                  choose_algorithm)
+from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, AUTO_MIN_CLUSTERS_MID,
+                                  AUTO_MIN_FEATURES, BoundedPasses, choose_algorithm)
 
 BOUNDED = ["hamerly", "elkan"]
 
@@ -245,9 +245,13 @@ def test_unknown_algorithm_is_refused(blobs):
 
 def test_auto_rule_and_inputs_that_run_lloyd():
     dense = lambda d, dtype=np.float64: da.zeros((100, d), chunks=50, dtype=dtype)  # noqa: E731
-    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16) == "hamerly"
+    big, mid, f = AUTO_MIN_CLUSTERS, AUTO_MIN_CLUSTERS_MID, AUTO_MIN_FEATURES
+    assert choose_algorithm("auto", dense(2), big) == "hamerly"  # many clusters: any D
+    assert choose_algorithm("auto", dense(2), big - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(f), mid) == "hamerly"
+    assert choose_algorithm("auto", dense(f - 1), mid) == "lloyd"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), mid - 1) == "lloyd"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 256) == "hamerly"
-    assert choose_algorithm("auto", dense(16), AUTO_MIN_WORK // 16 - 1) == "lloyd"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 256) == "lloyd"
     assert choose_algorithm("elkan", dense(300), 16) == "elkan"
     assert choose_algorithm("hamerly", dense(32, np.float32), 16) == "hamerly"
