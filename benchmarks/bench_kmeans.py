@@ -513,7 +513,9 @@ def write_bounds_pages(args, converge, ooc):
                        "persisted chunks, Dask's threaded scheduler; every method starts from "
                        "the same initial centers with `tol=1e-4`; scikit-learn runs in memory "
                        "with 2 threads. Seconds for the whole fit, best of "
-                       f"{args.repeat} interleaved runs. The last column says whether "
+                       f"{args.repeat} interleaved runs. \"dqkm default\" is the algorithm "
+                       "`KMeans()` runs with `algorithm='auto'` on that data, its time over "
+                       "the faster of scikit-learn's two. The last column says whether "
                        "'hamerly' and 'elkan' gave the centers, inertia and n_iter of dqkm's "
                        "'lloyd' exactly (checked in the run)."))
     if ooc is not None:

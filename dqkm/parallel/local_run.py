@@ -15,7 +15,9 @@ exceptions are the ones the threaded scheduler gives.
 
 Anything else stays with dask (:func:`run_graph` returns ``None``): a task of
 another library (a read of X's blocks that is its own task, a legacy tuple
-task), a dask callback or progress bar that expects to see the tasks, or a
+task), a task without inputs (a block generated or read as a task of its own,
+whose outputs dask's scheduler releases as it goes, where a level would hold
+them all), a dask callback or progress bar that expects to see the tasks, or a
 custom ``pool`` in dask's config.
 """
 
@@ -71,7 +73,10 @@ def _levels(graph: dict):
     deps = {}
     for k, node in graph.items():
         if isinstance(node, Task):
-            if not _ours(k):
+            if not _ours(k) or not node.dependencies:
+                # another library's task, or one that makes its output from nothing (a
+                # block generated or read as a task of its own): dask's scheduler
+                # orders those so that their outputs do not all wait in memory at once
                 return None
             deps[k] = node.dependencies
         elif isinstance(node, (DataNode, Alias)):
