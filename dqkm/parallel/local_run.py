@@ -50,7 +50,8 @@ def inline_cheap(func):
 _POOLS: dict = {}
 _POOL_LOCK = threading.Lock()
 # a forked child has none of the parent's pool threads: it starts its own pools
-os.register_at_fork(after_in_child=_POOLS.clear)
+if hasattr(os, "register_at_fork"):  # POSIX only (no fork elsewhere)
+    os.register_at_fork(after_in_child=_POOLS.clear)
 
 
 def _pool(n: int) -> concurrent.futures.ThreadPoolExecutor:
