@@ -417,8 +417,7 @@ def converge_case(n, d, k, repeat, max_iter):
                        and m.n_iter_ == ref.n_iter_ and m.inertia_ == ref.inertia_)
     skipped = {a: [h["skipped"] for h in models[a].history_] for a in ("hamerly", "elkan")}
     n_iter = {name: int(m.n_iter_) for name, m in models.items()}
-    best["auto"] = choose_algorithm("auto", Xp, k)  # what KMeans() runs by default
-    return best, n_iter, skipped, same
+    return best, n_iter, skipped, same, choose_algorithm("auto", Xp, k)  # KMeans()'s default
 
 
 def run_converge(args):
@@ -430,13 +429,13 @@ def run_converge(args):
     print(f"\n### whole fit to convergence: {args.rows:,} rows of blobs (float64 at D > 32), "
           "8 chunks, threads, persisted, tol=1e-4; seconds\n")
     for d, k in _cases(args.cases):
-        t, it, skipped, same = converge_case(args.rows, d, k, args.repeat, args.max_iter)
+        t, it, skipped, same, auto = converge_case(args.rows, d, k, args.repeat, args.max_iter)
         peer = min(t["sklearn lloyd"], t["sklearn elkan"])
         rows.append([d, k, f"{it['lloyd']} / {it['sklearn lloyd']}"]
                     + [f"{t[c]:.2f}" for c in ("lloyd", "hamerly", "elkan", "sklearn lloyd",
                                                 "sklearn elkan")]
                     + [f"{min(t['hamerly'], t['elkan']) / peer:.2f}",
-                       f"{t[t['auto']] / peer:.2f} ({t['auto']})",
+                       f"{t[auto] / peer:.2f} ({auto})",
                        " / ".join("yes" if same[a] else "no" for a in ("hamerly", "elkan"))])
         print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
         for a in ("hamerly", "elkan"):

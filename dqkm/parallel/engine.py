@@ -108,13 +108,13 @@ def compute(*objs):
             wait_watched(client, futures)
             return tuple(client.gather(futures))
     with blas_limit_context(), local_progress():
-        get = _local_get(objs)
+        get, threads = _local_get(objs)
         if get is None:
             return dask.compute(*objs)
         graph = HighLevelGraph.merge(*(o.__dask_graph__() for o in objs))
         keys = [o.key for o in objs]
         graph = dict(graph.cull(set(keys)))
-        return run_graph(graph, keys) or tuple(get(graph, keys))
+        return run_graph(graph, keys, threads=threads) or tuple(get(graph, keys))
 
 
 # dask's local schedulers by their config names (dask.config "scheduler")
@@ -124,15 +124,16 @@ _LOCAL_GETS = {None: dask.threaded.get, "threads": dask.threaded.get,
 
 
 def _local_get(objs):
-    """The local scheduler's ``get`` for a compute of ``Delayed`` passes, or None
-    (use ``dask.compute``).  A pass's graph is built whole by this module's helpers
+    """``(get, threaded)``: the local scheduler's ``get`` for a compute of ``Delayed``
+    passes and whether it is the threaded one, or ``(None, False)`` (use ``dask.compute``).  A pass's graph is built whole by this module's helpers
     (X's blocks already optimized by ``to_delayed``): culled and run by
     :func:`~dqkm.parallel.local_run.run_graph` or the configured local scheduler,
     it gives what ``dask.compute`` gives, without its collection handling."""
     if not objs or not all(isinstance(o, Delayed) for o in objs):
-        return None
+        return None, False
     name = dask.config.get("scheduler", None)
-    return _LOCAL_GETS.get(name if name is None else str(name).lower())
+    name = name if name is None else str(name).lower()
+    return _LOCAL_GETS.get(name), name in (None, "threads", "threading")
 
 
 @contextlib.contextmanager

@@ -120,41 +120,35 @@ def _depths(deps: dict):
     return depth
 
 
-def _local_scheduler() -> str | None:
-    """'threads' or 'sync' when dask would run this compute with its local threaded or
-    synchronous scheduler and nothing that this runner would bypass, else None."""
-    if Callback.active or dask.config.get("pool", None) is not None:
-        return None
-    name = dask.config.get("scheduler", None)
-    name = None if name is None else str(name).lower()
-    if name in (None, "threads", "threading"):
-        # a compute from inside a pass task runs its tasks in that task's thread
-        # (handing them to the pool it occupies could wait on itself)
-        return "sync" if threading.current_thread().name.startswith("dqkm-pass") else "threads"
-    if name in ("sync", "synchronous", "single-threaded"):
-        return "sync"
-    return None
+def _bypasses_nothing() -> bool:
+    """Whether nothing would miss the tasks dask's local scheduler runs: no dask
+    callback (a progress bar, a profiler) and no custom ``pool`` in dask's config."""
+    return not Callback.active and dask.config.get("pool", None) is None
 
 
 def _call(node, values):
     return node(values) if isinstance(node, GraphNode) else node
 
 
-def run_graph(graph: dict, keys: list) -> tuple | None:
+def run_graph(graph: dict, keys: list, *, threads: bool) -> tuple | None:
     """The values of ``keys`` in ``graph`` (a culled task graph), or None when dask
-    must run it (see the module docstring)."""
-    kind = _local_scheduler()
-    if kind is None:
+    must run it (see the module docstring).  ``threads``: the configured local
+    scheduler is dask's threaded one (else its synchronous one: every task runs in
+    the calling thread)."""
+    if not _bypasses_nothing():
         return None
     levels = _levels(graph)
     if levels is None:
         return None
+    # a compute from inside a pass task runs its tasks in that task's thread
+    # (handing them to the pool it occupies could wait on itself)
+    threads = threads and not threading.current_thread().name.startswith("dqkm-pass")
     n = int(dask.config.get("num_workers", None) or cpu_count())
     values: dict[Any, Any] = {}
     for level in levels:
         heavy = [k for k in level if isinstance(graph[k], Task)
                  and graph[k].func not in _CHEAP]
-        if kind == "threads" and n > 1 and len(heavy) > 1:
+        if threads and n > 1 and len(heavy) > 1:
             _run_parallel(_pool(n), graph, heavy, values)
             heavy = set(heavy)
             level = [k for k in level if k not in heavy]
