@@ -184,3 +184,27 @@ def test_blocks_made_by_tasks_without_inputs_go_to_dask(monkeypatch):
         ((sums, n),) = compute(d)
     assert used == [[d.key]] and n == 40
     np.testing.assert_array_equal(sums, [40.0, 40.0])
+
+
+def test_a_failed_pass_returns_only_once_its_started_tasks_have_ended():
+    # the caller's clean-up after a failed pass (removing the files its tasks write)
+    # must not race with a task still writing: every started task has ended, the
+    # others never start
+    import time
+
+    started, ended = set(), set()
+
+    def chunk(block, c):
+        i = int(block[0, 0]) // 10
+        started.add(i)
+        if i == 0:
+            raise ValueError("block 0")
+        time.sleep(0.3)
+        ended.add(i)
+        return _sums(block, c)
+
+    X = da.from_array(np.arange(80.0).reshape(40, 2), chunks=(5, 2)).persist()
+    d = map_blocks_reduce(X, chunk, sum_partials, args=(broadcast(1.0),))
+    with dask.config.set(scheduler="threads"), pytest.raises(ValueError, match="block 0"):
+        compute(d)
+    assert started - {0} == ended and len(started) < 8
