@@ -185,6 +185,38 @@ def hadamard_rows(ks):
         print(f"| {n} | {k} | {t:.2f} | {err:.1e} | {nnz} (2n = {2 * n}) | {res.n_iter} |", flush=True)
 
 
+def _wall_per_iteration(A, cons, n_iter, init, threads):
+    """Median wall seconds per iteration through the factors (iterations 2 … n_iter + 1)
+    with the split kernels (dqkm.kernels._split) on at most ``threads`` threads, and the
+    factors' λ (bit-identical across counts)."""
+    from dqkm.kernels._split import limit_threads
+
+    stamps = []
+    with limit_threads(threads):
+        res = palm4msa(A, cons, n_iter=n_iter + 1, tol=0, init=init, adaptive_step=True,
+                       callback=lambda t, e: stamps.append(time.perf_counter()))
+    return float(np.median(np.diff(stamps))), res.lam
+
+
+def threads_rows(sizes, n_iter):
+    """Through the factors, wall seconds per iteration on one thread and on all of
+    numba's threads, side by side, from the same warm start."""
+    import numba
+
+    rows = []
+    n_all = min(numba.config.NUMBA_NUM_THREADS, 8)
+    for n in sizes:
+        A = np.random.default_rng(n).standard_normal((n, n))
+        cons = default_constraints(n, n, sparsity=5)
+        start = palm4msa(A, cons, n_iter=2, adaptive_step=True)
+        t1, lam1 = _wall_per_iteration(A, cons, n_iter, start, 1)
+        tn, lamn = _wall_per_iteration(A, cons, n_iter, start, n_all)
+        rows.append([f"{n} × {n}", n_all, f"{t1:.3f}", f"{tn:.3f}", f"{t1 / tn:.2f}×",
+                     "yes" if lam1 == lamn else "no"])
+        print("| " + " | ".join(str(c) for c in rows[-1]) + " |", flush=True)
+    return rows
+
+
 def _per_iteration(A, cons, method, n_iter, init):
     """Median CPU seconds of the iterations 2 … n_iter + 1 (the process time between
     callbacks: the set-up and the first iteration's one-off costs are left out; both
@@ -325,6 +357,15 @@ matrix; "achieved" is the counted flops over the measured seconds per iteration.
 last column, the reference's GEMM flops at the GEMM rate over the chain gradient's flops
 at the chain kernel's rate, bounds the speed-up if everything else were free.
 
+The third table is wall time: the through-the-factors path on one thread and on all of
+numba's `NUMBA_NUM_THREADS` (this machine's cores by default, at most eight).  palm4MSA runs
+on the driver while the workers wait, and its three largest kernels (the chain
+gradient, the Gram sandwiches, the one-factor gathers) write independent columns or
+rows of their outputs, so from 2¹⁹ output entries they are split into one contiguous
+range per thread (at most eight); every entry is summed in the same order, so the
+factors and λ are the same to the bit ("same λ").  The Splincol steps, the support dot
+products and the power iterations stay on one thread.
+
 QK-means variants and defaults:
 
 - `QKMeans(variant="paper")` is Algorithm 1 of "QuicK-means: Acceleration of K-means by
@@ -358,11 +399,19 @@ def speed_main(args, pf):
     head = ["K × D", "Q", "iterations", "factors CPU s/iter", "dense CPU s/iter", "speed-up",
             "factors rel. error", "dense rel. error", "pyfaust s/iter"]
     print("| " + " | ".join(head) + " |")
-    rows, frows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
+    from dqkm.kernels._split import limit_threads
+
+    with limit_threads(1):  # CPU seconds on one thread for both paths, as the BLAS
+        rows, frows = speed_rows([int(v) for v in args.sizes.split(",")], args.iters, pf)
+    thead = ["K × D (through the factors)", "threads", "1 thread wall s/iter",
+             "all threads wall s/iter", "speed-up", "same λ"]
+    print("| " + " | ".join(thead) + " |")
+    trows = threads_rows([int(v) for v in args.sizes.split(",")], args.iters)
     ihead = ["hierarchical init, K × D", "Q", "seconds", "rel. error", "global iterations"]
     if args.init_size:
         print("| " + " | ".join(ihead) + " |")
-    table = markdown_table(head, rows) + "\n\n" + markdown_table(FLOP_HEAD, frows)
+    table = (markdown_table(head, rows) + "\n\n" + markdown_table(FLOP_HEAD, frows) + "\n\n"
+             + markdown_table(thead, trows))
     if args.init_size:
         table += "\n\n" + markdown_table(ihead, [init_row(args.init_size)])
     print(table)

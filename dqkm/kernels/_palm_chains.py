@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._factor_apply import _csr_rows_times, _csr_transpose, choose_tile
+from ._split import run_split
 
 # dtype of the products through the chains: float32, as the reference's gradient GEMMs
 # (the gradient only sets the step; every objective is evaluated in float64)
@@ -41,9 +42,10 @@ def _chain_steps(a, b, t, order, indptr, indices, data, poffs, ioffs, shapes):  
 
 @njit(cache=True, nogil=True)
 def left_chain_gradient(X, Tt, d, lam, out, tile, ld, fwd, bwd, indptr, indices, data,
-                        poffs, ioffs, shapes):  # OUT out
+                        poffs, ioffs, shapes, c0, c1):  # OUT out
     """``out = λ·Lᵀ(λ·L·X − Ttᵀ)`` with ``L = diag(d)·F_a···F_b`` applied as sparse
-    operators, tile by tile of ``t`` columns of ``X`` (r × c): each tile goes through
+    operators, for the columns ``c0 … c1`` of ``out`` (``c0`` a multiple of ``tile``),
+    tile by tile of ``t`` columns of ``X`` (r × c): each tile goes through
     the chain ``L`` (factors ``fwd``, last first), the scaling and subtraction, and
     the chain ``Lᵀ`` (transposed factors ``bwd``) inside two ``(max dim, ld)``
     buffers, so no K × c intermediate is written.  ``Tt`` is c × K (``(A Rᵀ)ᵀ``).
@@ -59,8 +61,8 @@ def left_chain_gradient(X, Tt, d, lam, out, tile, ld, fwd, bwd, indptr, indices,
         maxdim = max(maxdim, shapes[bwd[k], 0])
     bufa = np.empty((maxdim, ld), dtype=data.dtype)
     bufb = np.empty((maxdim, ld), dtype=data.dtype)
-    for j0 in range(0, c, tile):
-        t = min(tile, c - j0)
+    for j0 in range(c0, min(c1, c), tile):
+        t = min(tile, c1 - j0)
         for i in range(r):
             xr = X[i]
             br = bufa[i]
@@ -119,10 +121,12 @@ class _Chains:
         used = np.concatenate([fwd, bwd]).astype(np.int64)
         maxdim = max(d.size, X.shape[0], int(self.shapes[used].max()) if used.size else 0)
         tile, ld = choose_tile(maxdim, np.dtype(_GRAD_DTYPE).itemsize, X.shape[1])
-        left_chain_gradient(X, np.ascontiguousarray(Tt), d, float(lam), out, tile, ld,
-                            np.asarray(fwd, dtype=np.int64), np.asarray(bwd, dtype=np.int64),
-                            self.indptr, self.indices, self.data, self.poffs, self.ioffs,
-                            self.shapes)
+        Tt = np.ascontiguousarray(Tt)
+        fwd = np.asarray(fwd, dtype=np.int64)
+        bwd = np.asarray(bwd, dtype=np.int64)
+        run_split(lambda c0, c1: left_chain_gradient(
+            X, Tt, d, float(lam), out, tile, ld, fwd, bwd, self.indptr, self.indices,
+            self.data, self.poffs, self.ioffs, self.shapes, c0, c1), X.shape[1], out.size, tile)
         return out
 
 
@@ -130,19 +134,24 @@ class _Chains:
 
 
 @njit(cache=True, nogil=True)
-def _gather_mm(indptr, indices, data, X, out):  # OUT out
-    # out = S @ X for CSR S: one row-add of X's rows per stored value (a gather: each
-    # row of out is written by one loop, four values per pass)
-    _csr_rows_times(out, X, X.shape[1], indptr, indices, data, 0, 0, out.shape[0])
+def _gather_mm(indptr, indices, data, X, out, r0, r1):  # OUT out
+    # rows r0 … r1 of out = S @ X for CSR S: one row-add of X's rows per stored value (a
+    # gather: each row of out is written by one loop, four values per pass)
+    _csr_rows_times(out[r0:r1], X, X.shape[1], indptr, indices, data, r0, 0, r1 - r0)
+
+
+def _gather(csr, X, out):
+    """``out = S @ X`` by :func:`_gather_mm`, its rows split over threads (:mod:`._split`)."""
+    X = np.ascontiguousarray(X)
+    run_split(lambda r0, r1: _gather_mm(*csr, X, out, r0, r1), out.shape[0], out.size)
+    return out
 
 
 def fmul(fac, X):
     """``S @ X`` (X of shape c × p) for a :class:`._factor_apply._Factor`."""
     if fac.csr is None:
         return fac.dense @ X
-    out = np.empty((fac.dense.shape[0], X.shape[1]))
-    _gather_mm(*fac.csr, np.ascontiguousarray(X), out)
-    return out
+    return _gather(fac.csr, X, np.empty((fac.dense.shape[0], X.shape[1])))
 
 
 def ftmul(fac, X):
@@ -151,15 +160,15 @@ def ftmul(fac, X):
         return fac.dense.T @ X
     if fac._t is None:
         fac._t = _csr_transpose(*fac.csr, fac.dense.shape[1])
-    out = np.empty((fac.dense.shape[1], X.shape[1]))
-    _gather_mm(*fac._t, np.ascontiguousarray(X), out)
-    return out
+    return _gather(fac._t, X, np.empty((fac.dense.shape[1], X.shape[1])))
 
 
 @njit(cache=True, nogil=True)
-def sandwich(indptr, indices, data, G, W, out, tile, ld):  # OUT out
-    """``out = S·G·Sᵀ`` (r × r) for CSR ``S`` (r × c) and a symmetric dense ``G``
-    (c × c); returns ``⟨W, out⟩`` (a 0 × 0 ``W``: 0).
+def sandwich(indptr, indices, data, G, W, out, tile, ld, b0, b1, accs):  # OUT out, accs
+    """Columns ``b0 … b1`` of ``out = S·G·Sᵀ`` (r × r) for CSR ``S`` (r × c) and a
+    symmetric dense ``G`` (c × c) (``b0`` a multiple of ``tile``); with a ``W`` of
+    shape r × r, ``accs[i0 // tile, k]`` is row k's share of ``⟨W, out⟩`` in the column
+    block ``i0`` (:func:`_ordered_sum` adds them up in one order whatever the split).
 
     Block by block of ``tile`` rows of ``S``: the rows of ``Y = S·G`` are gathered
     (row-adds of ``G``'s rows), transposed inside a cache-resident buffer, and
@@ -175,9 +184,8 @@ def sandwich(indptr, indices, data, G, W, out, tile, ld):  # OUT out
     tbuf = np.empty((c, ld))
     mbuf = np.empty((r, ld))
     withw = W.shape[0] == r
-    tot = 0.0
-    for i0 in range(0, r, tile):
-        t = min(tile, r - i0)
+    for i0 in range(b0, min(b1, r), tile):
+        t = min(tile, b1 - i0)
         _csr_rows_times(ybuf, G, c, indptr, indices, data, i0, 0, t)
         for j0 in range(0, c, 32):  # the block's transpose, 32 columns at a time
             for a in range(t):
@@ -194,10 +202,19 @@ def sandwich(indptr, indices, data, G, W, out, tile, ld):  # OUT out
                 for a in range(t):
                     ok[i0 + a] = mk[a]
                     acc += wk[i0 + a] * mk[a]
-                tot += acc
+                accs[i0 // tile, k] = acc
             else:
                 for a in range(t):
                     ok[i0 + a] = mk[a]
+
+
+@njit(cache=True, nogil=True)
+def _ordered_sum(accs):
+    # block by block, row by row: the order of the one-thread loop
+    tot = 0.0
+    for b in range(accs.shape[0]):
+        for k in range(accs.shape[1]):
+            tot += accs[b, k]
     return tot
 
 
@@ -212,9 +229,12 @@ def fsandwich(fac, G, W=None, transposed=False):
         csr, r = fac.csr, fac.dense.shape[0]
     out = np.empty((r, r))
     tile, ld = choose_tile(max(r, G.shape[0]), 8, r)
-    tot = sandwich(*csr, np.ascontiguousarray(G), np.zeros((0, 0)) if W is None else W, out,
-                   tile, ld)
-    return out, float(tot)
+    G = np.ascontiguousarray(G)
+    W = np.zeros((0, 0)) if W is None else W
+    accs = np.zeros((-(-r // tile) if W.shape[0] == r else 0, r))
+    run_split(lambda b0, b1: sandwich(*csr, G, W, out, tile, ld, b0, b1, accs), r, out.size,
+              tile)
+    return out, float(_ordered_sum(accs))
 
 
 # --------------------------------------- the Splincol step without dense intermediates
