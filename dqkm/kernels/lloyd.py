@@ -2,7 +2,8 @@
 
 The squared distance is split as ``‖x − c‖² = ‖x‖² − 2 x·c + ‖c‖²``.  Only the
 last two terms decide the argmin, so the assignment is one GEMM ``X·Cᵀ`` per
-tile of rows plus ``‖c‖²``.  The tile (``_TILE`` rows) is small enough that the
+tile of rows plus ``‖c‖²``.  The tile (``_TILE`` rows, up to 2048 for few
+centers: :func:`_gemm_tile`) is small enough that the
 ``tile × K`` block of products stays in cache while the argmin, the per-cluster
 sums and the exact objective are accumulated, so each row of X is read from
 memory once per pass.
@@ -147,8 +148,9 @@ def _mark_overflow(best64, t, mind, start):  # OUT mind
 
 @njit(nogil=True, cache=True)
 def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
-           labels, mind, with_sums):  # OUT sums, counts, labels, mind
-    """One GEMM per tile of ``_TILE`` rows, finished while the tile is in cache.
+           labels, mind, with_sums, tile):  # OUT sums, counts, labels, mind
+    """One GEMM per tile of ``tile`` rows (:func:`_gemm_tile`), finished while the tile
+    is in cache.
 
     The products are formed as ``C·X_tileᵀ`` (K × tile) for the column-wise
     argmin of :func:`_argmin_columns`; then each row's exact distance and
@@ -164,16 +166,21 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
     """
     n = X.shape[0]
     objective = 0.0
-    best = np.empty(_TILE, dtype=X.dtype)
-    sec = np.empty(_TILE, dtype=X.dtype)
-    lab = np.empty(_TILE, dtype=np.int32)
-    best64 = np.empty(_TILE, dtype=np.float64)
-    for start in range(0, n, _TILE):
-        stop = min(start + _TILE, n)
+    best = np.empty(tile, dtype=X.dtype)
+    sec = np.empty(tile, dtype=X.dtype)
+    lab = np.empty(tile, dtype=np.int32)
+    best64 = np.empty(tile, dtype=np.float64)
+    gbuf = np.empty((centers.shape[0], tile), dtype=X.dtype)
+    for start in range(0, n, tile):
+        stop = min(start + tile, n)
         t = stop - start
         again = use64
         if not use64:
-            gT = np.dot(centers, X[start:stop].T)
+            if t == tile:  # into the one buffer: no allocation per tile
+                np.dot(centers, X[start:stop].T, gbuf)
+                gT = gbuf
+            else:
+                gT = np.dot(centers, X[start:stop].T)
             if exact:
                 _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, lab, labels, start)
             else:
@@ -305,6 +312,16 @@ def squared_norms(A):
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
 
 
+def _gemm_tile(k, d):
+    """Rows per tile of :func:`_tiled`: ``_TILE``, or more where few centers make each
+    GEMM call short (its fixed cost then counts), as long as the K × tile products
+    stay within 128 kB and the tile's rows within 256 kB (L2) for the finishing loop."""
+    tile = _TILE
+    while tile < 2048 and 2 * tile * k * 4 <= 128 * 1024 and 2 * tile * d * 4 <= 256 * 1024:
+        tile *= 2
+    return tile
+
+
 def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
     """:func:`_direct` up to ``_DIRECT_MAX_D`` features, else :func:`_tiled` with
     the float64 centers and norms it falls back to.
@@ -329,7 +346,7 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
     with np.errstate(over="ignore", invalid="ignore"):
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
-                      labels, mind, with_sums)
+                      labels, mind, with_sums, _gemm_tile(*centers.shape))
 
 
 def _prepare(X, centers):
