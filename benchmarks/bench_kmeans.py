@@ -272,12 +272,13 @@ def lowd_case(n, d, k, n_iter, repeat):
 def _gemm_only(fit):
     """``fit()`` with the float32 GEMM kernel at every dimension (no direct kernel, no
     certification of its labels)."""
-    saved = lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D
-    lloyd_kernels._DIRECT_MAX_D = lloyd_kernels._GEMM_MIN_D = 0
+    saved = lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY
+    lloyd_kernels._DIRECT_MAX_D = lloyd_kernels._GEMM_MIN_D = lloyd_kernels._GEMM_MIN_D_MANY = 0
     try:
         return fit()
     finally:
-        lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D = saved
+        (lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D,
+         lloyd_kernels._GEMM_MIN_D_MANY) = saved
 
 
 def run_lowd(args):

@@ -67,12 +67,12 @@ def _cpu(fn):
 
 
 def _direct_only(X, C):
-    saved = lloyd_kernels._GEMM_MIN_D
-    lloyd_kernels._GEMM_MIN_D = lloyd_kernels._DIRECT_MAX_D + 1
+    saved = lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY
+    lloyd_kernels._GEMM_MIN_D = lloyd_kernels._GEMM_MIN_D_MANY = lloyd_kernels._DIRECT_MAX_D + 1
     try:
         return lloyd_partials(X, C)
     finally:
-        lloyd_kernels._GEMM_MIN_D = saved
+        lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY = saved
 
 
 def measure(n, d, k, repeat, seed=0):

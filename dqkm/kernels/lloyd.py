@@ -9,8 +9,9 @@ sums and the exact objective are accumulated, so each row of X is read from
 memory once per pass.
 
 At low dimension the expansion loses the distances to cancellation on data
-far from the origin, and below ``_GEMM_MIN_D`` features the GEMM is a poor use
-of the machine (its inner dimension is ``n_features``).  There the assignment
+far from the origin, and below ``_GEMM_MIN_D`` features (``_GEMM_MIN_D_MANY`` from
+``_MANY_CENTERS`` centers) the GEMM is a poor use of the machine (its inner
+dimension is ``n_features``).  There the assignment
 computes ``Σ_f (x_f − c_f)²`` directly, across a transposed tile of rows in SIMD
 lanes (:mod:`dqkm.kernels._direct`).  From ``_GEMM_MIN_D`` to ``_DIRECT_MAX_D``
 features a block goes to the GEMM kernel with certified labels (below) when a
@@ -55,11 +56,14 @@ _TILE = 256
 
 # Up to this many features every label is certified exact (the direct kernel, module
 # _direct, or the GEMM kernel with its certification); above it float32 X keeps the
-# float32 GEMM's rounding.  Below _GEMM_MIN_D features always the direct kernel; from
-# there the GEMM kernel where a probe of _PROBE_ROWS rows finds its certification cheap.
-# See the module docstring.
+# float32 GEMM's rounding.  Below _GEMM_MIN_D features (_GEMM_MIN_D_MANY with at least
+# _MANY_CENTERS centers, where the direct kernel's compare-and-select per center costs
+# more) always the direct kernel; from there the GEMM kernel where a probe of
+# _PROBE_ROWS rows finds its certification cheap.  See the module docstring.
 _DIRECT_MAX_D = 32
 _GEMM_MIN_D = 20
+_GEMM_MIN_D_MANY = 12
+_MANY_CENTERS = 64
 _PROBE_ROWS = 64
 
 
@@ -330,7 +334,7 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
     X's dtype (float32 centers beyond ~1e19) every tile is assigned in float64.
     """
     d = X.shape[1]
-    if d < _GEMM_MIN_D:
+    if d < (_GEMM_MIN_D_MANY if centers.shape[0] >= _MANY_CENTERS else _GEMM_MIN_D):
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
     c64 = np.ascontiguousarray(centers, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -26,6 +26,7 @@ def _exact_labels(X, C):
 def _direct_only(X, C, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(L, "_GEMM_MIN_D", L._DIRECT_MAX_D + 1)
+        m.setattr(L, "_GEMM_MIN_D_MANY", L._DIRECT_MAX_D + 1)
         return L.lloyd_partials(X, C)
 
 
@@ -38,10 +39,13 @@ def _spy_direct(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d", [20, 24, 32])
-def test_gemm_serves_data_near_the_origin_with_the_direct_kernels_results(dtype, d, monkeypatch):
-    assert L._GEMM_MIN_D <= d <= L._DIRECT_MAX_D
-    X, C = _blobs(3000, d, 12, 0.0, d)
+@pytest.mark.parametrize("d, k", [(20, 12), (24, 12), (32, 12), (12, 64), (16, 70)])
+def test_gemm_serves_data_near_the_origin_with_the_direct_kernels_results(dtype, d, k,
+                                                                          monkeypatch):
+    # from _GEMM_MIN_D features, or _GEMM_MIN_D_MANY with _MANY_CENTERS centers or more
+    assert (L._GEMM_MIN_D_MANY if k >= L._MANY_CENTERS else L._GEMM_MIN_D) <= d
+    assert d <= L._DIRECT_MAX_D
+    X, C = _blobs(3000, d, k, 0.0, d)
     X, C = X.astype(dtype), C.astype(dtype)
     ref = _direct_only(X, C, monkeypatch)
     calls = _spy_direct(monkeypatch)
@@ -113,4 +117,7 @@ def test_below_the_gemm_threshold_and_on_small_blocks_the_direct_kernel_serves(m
     L.lloyd_partials(X.astype(np.float32), C.astype(np.float32))
     Xs, Cs = _blobs(8 * L._PROBE_ROWS - 1, 24, 12, 0.0, 1)  # too few rows for the probe
     L.lloyd_partials(Xs.astype(np.float32), Cs.astype(np.float32))
-    assert calls == [d, 24]
+    dm = L._GEMM_MIN_D_MANY - 1  # many centers: direct below the lower threshold
+    X, C = _blobs(3000, dm, L._MANY_CENTERS, 0.0, 1)
+    L.lloyd_partials(X.astype(np.float32), C.astype(np.float32))
+    assert calls == [d, 24, dm]
