@@ -39,7 +39,7 @@ def _spy_direct(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("d, k", [(20, 12), (24, 12), (32, 12), (12, 64), (16, 70)])
+@pytest.mark.parametrize("d, k", [(20, 12), (24, 12), (32, 12), (12, 128), (16, 130)])
 def test_gemm_serves_data_near_the_origin_with_the_direct_kernels_results(dtype, d, k,
                                                                           monkeypatch):
     # from _GEMM_MIN_D features, or _GEMM_MIN_D_MANY with _MANY_CENTERS centers or more
