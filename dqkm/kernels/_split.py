@@ -22,7 +22,7 @@ import threading
 
 import numba
 
-__all__ = ["split_ranges", "run_split", "limit_threads"]
+__all__ = ["split_ranges", "run_split", "limit_threads", "shared_pool"]
 
 _MAX_THREADS = 8
 _MIN_WORK = 1 << 19
@@ -35,12 +35,15 @@ if hasattr(os, "register_at_fork"):  # a forked child must not reuse the parent'
     os.register_at_fork(after_in_child=_POOLS.clear)
 
 
-def _pool(n):
+def shared_pool(name, n):
+    """The process's thread pool ``name`` of ``n`` threads, made on first use (a forked
+    child, which has none of its parent's threads, makes its own).  Also the pool of the
+    in-process pass runner (:mod:`dqkm.parallel.local_run`)."""
     with _LOCK:
-        pool = _POOLS.get(n)
+        pool = _POOLS.get((name, n))
         if pool is None:
-            pool = _POOLS[n] = concurrent.futures.ThreadPoolExecutor(
-                n, thread_name_prefix="dqkm-kernel")
+            pool = _POOLS[(name, n)] = concurrent.futures.ThreadPoolExecutor(
+                n, thread_name_prefix=name)
         return pool
 
 
@@ -96,7 +99,7 @@ def run_split(fn, n, work, step=1):
     ranges = split_ranges(n, n_threads(work), step)
     if len(ranges) == 1:
         return [fn(*ranges[0])]
-    pool = _pool(len(ranges) - 1)
+    pool = shared_pool("dqkm-kernel", len(ranges) - 1)
     futures = [pool.submit(fn, lo, hi) for lo, hi in ranges[1:]]
     try:
         first = fn(*ranges[0])

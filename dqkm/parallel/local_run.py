@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import operator
-import os
 import threading
 from typing import Any
 
@@ -34,6 +33,7 @@ from dask.callbacks import Callback
 from dask.task_spec import Alias, DataNode, GraphNode, Task
 
 from ..data.execute import cpu_count
+from ..kernels._split import shared_pool
 
 __all__ = ["run_graph", "inline_cheap"]
 
@@ -45,22 +45,6 @@ def inline_cheap(func):
     """Mark ``func`` as cheap: :func:`run_graph` runs its tasks in the calling thread."""
     _CHEAP.add(func)
     return func
-
-
-_POOLS: dict = {}
-_POOL_LOCK = threading.Lock()
-# a forked child has none of the parent's pool threads: it starts its own pools
-if hasattr(os, "register_at_fork"):  # POSIX only (no fork elsewhere)
-    os.register_at_fork(after_in_child=_POOLS.clear)
-
-
-def _pool(n: int) -> concurrent.futures.ThreadPoolExecutor:
-    with _POOL_LOCK:
-        pool = _POOLS.get(n)
-        if pool is None:
-            pool = _POOLS[n] = concurrent.futures.ThreadPoolExecutor(
-                n, thread_name_prefix="dqkm-pass")
-        return pool
 
 
 def _ours(key) -> bool:
@@ -149,7 +133,7 @@ def run_graph(graph: dict, keys: list, *, threads: bool) -> tuple | None:
         heavy = [k for k in level if isinstance(graph[k], Task)
                  and graph[k].func not in _CHEAP]
         if threads and n > 1 and len(heavy) > 1:
-            _run_parallel(_pool(n), graph, heavy, values)
+            _run_parallel(shared_pool("dqkm-pass", n), graph, heavy, values)
             heavy = set(heavy)
             level = [k for k in level if k not in heavy]
         for k in level:
