@@ -21,12 +21,6 @@ _LAST_TOL = 1e-3
 _FIT_BUDGET = dict(split_tol=_SPLIT_TOL, tol=_LAST_TOL)
 # factorize_centroids, the hierarchical refits and an init followed by them
 _FULL_BUDGET = dict(split_tol=1e-3, tol=1e-4)
-# Cap on the iterations of every 2-factor split (both budgets; the global runs keep the
-# caller's cap).  A split only seeds its level's global run, which revisits both of its
-# factors; at K = D = 512 and 1024 (upsampled digits centroids, s = 5) the cap of 50 took
-# the "full" budget's init from 100 to 90 s and from 358–390 to 323 s at the same or a
-# lower relative error (0.1906 → 0.1868, 0.2096 → 0.2089); 20 cost error (0.2049 at 512).
-_SPLIT_CAP = 50
 
 
 def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False, budget="fit"):
@@ -34,8 +28,7 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False, budge
     and the geometric residual rule (both in docs/ALGORITHMS.md, with the objective
     ratios they buy on digits); every run stops on progress under the cap ``n_iter``
     (``budget="fit"``: QK-means's ``_SPLIT_TOL`` / ``_LAST_TOL``; ``"full"``: the
-    kernel's tighter defaults, for :func:`factorize_centroids`), the 2-factor splits
-    also under ``_SPLIT_CAP``.  ``paper``: the
+    kernel's tighter defaults, for :func:`factorize_centroids`).  ``paper``: the
     published settings — plain PALM (step 1/c, no safeguard), the product residual
     rule, ``n_iter`` iterations per run without early stop."""
     if paper:
@@ -46,8 +39,8 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False, budge
     residuals = kernels.default_residual_constraints(constraints, rule="geometric")
     stops = _FIT_BUDGET if budget == "fit" else _FULL_BUDGET
     return kernels.hierarchical_palm4msa(A, constraints, residual_constraints=residuals,
-                                         n_iter=min(n_iter, _SPLIT_CAP), n_iter_global=n_iter,
-                                         fixed_left=fixed_left, adaptive_step=True, **stops)
+                                         n_iter=n_iter, fixed_left=fixed_left,
+                                         adaptive_step=True, **stops)
 
 
 def _palm(A, constraints, *, n_iter, init=None, fixed_left=None, paper=False, tol=1e-6):

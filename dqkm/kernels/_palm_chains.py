@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._factor_apply import _csr_rows_times, _csr_transpose, choose_tile
-from ._split import run_split
+from ._split import n_threads, run_split
 
 # dtype of the products through the chains: float32, as the reference's gradient GEMMs
 # (the gradient only sets the step; every objective is evaluated in float64)
@@ -124,9 +124,13 @@ class _Chains:
         Tt = np.ascontiguousarray(Tt)
         fwd = np.asarray(fwd, dtype=np.int64)
         bwd = np.asarray(bwd, dtype=np.int64)
-        run_split(lambda c0, c1: left_chain_gradient(
-            X, Tt, d, float(lam), out, tile, ld, fwd, bwd, self.indptr, self.indices,
-            self.data, self.poffs, self.ioffs, self.shapes, c0, c1), X.shape[1], out.size, tile)
+        args = (X, Tt, d, float(lam), out, tile, ld, fwd, bwd, self.indptr, self.indices,
+                self.data, self.poffs, self.ioffs, self.shapes)
+        if n_threads(out.size) == 1:  # small: no Python around the call
+            left_chain_gradient(*args, 0, X.shape[1])
+        else:
+            run_split(lambda c0, c1: left_chain_gradient(*args, c0, c1), X.shape[1], out.size,
+                      tile)
         return out
 
 
@@ -143,7 +147,10 @@ def _gather_mm(indptr, indices, data, X, out, r0, r1):  # OUT out
 def _gather(csr, X, out):
     """``out = S @ X`` by :func:`_gather_mm`, its rows split over threads (:mod:`._split`)."""
     X = np.ascontiguousarray(X)
-    run_split(lambda r0, r1: _gather_mm(*csr, X, out, r0, r1), out.shape[0], out.size)
+    if n_threads(out.size) == 1:  # small: no Python around the call
+        _gather_mm(*csr, X, out, 0, out.shape[0])
+    else:
+        run_split(lambda r0, r1: _gather_mm(*csr, X, out, r0, r1), out.shape[0], out.size)
     return out
 
 
@@ -168,7 +175,8 @@ def sandwich(indptr, indices, data, G, W, out, tile, ld, b0, b1, accs):  # OUT o
     """Columns ``b0 … b1`` of ``out = S·G·Sᵀ`` (r × r) for CSR ``S`` (r × c) and a
     symmetric dense ``G`` (c × c) (``b0`` a multiple of ``tile``); with a ``W`` of
     shape r × r, ``accs[i0 // tile, k]`` is row k's share of ``⟨W, out⟩`` in the column
-    block ``i0`` (:func:`_ordered_sum` adds them up in one order whatever the split).
+    block ``i0`` (:func:`_ordered_sum` adds them up in one order whatever the split) and
+    the return value their sum over this call's blocks, in that order (0: no ``W``).
 
     Block by block of ``tile`` rows of ``S``: the rows of ``Y = S·G`` are gathered
     (row-adds of ``G``'s rows), transposed inside a cache-resident buffer, and
@@ -184,6 +192,7 @@ def sandwich(indptr, indices, data, G, W, out, tile, ld, b0, b1, accs):  # OUT o
     tbuf = np.empty((c, ld))
     mbuf = np.empty((r, ld))
     withw = W.shape[0] == r
+    tot = 0.0
     for i0 in range(b0, min(b1, r), tile):
         t = min(tile, b1 - i0)
         _csr_rows_times(ybuf, G, c, indptr, indices, data, i0, 0, t)
@@ -203,9 +212,11 @@ def sandwich(indptr, indices, data, G, W, out, tile, ld, b0, b1, accs):  # OUT o
                     ok[i0 + a] = mk[a]
                     acc += wk[i0 + a] * mk[a]
                 accs[i0 // tile, k] = acc
+                tot += acc
             else:
                 for a in range(t):
                     ok[i0 + a] = mk[a]
+    return tot
 
 
 @njit(cache=True, nogil=True)
@@ -232,6 +243,8 @@ def fsandwich(fac, G, W=None, transposed=False):
     G = np.ascontiguousarray(G)
     W = np.zeros((0, 0)) if W is None else W
     accs = np.zeros((-(-r // tile) if W.shape[0] == r else 0, r))
+    if n_threads(out.size) == 1:  # one range: its own sum is the ordered one
+        return out, float(sandwich(*csr, G, W, out, tile, ld, 0, r, accs))
     run_split(lambda b0, b1: sandwich(*csr, G, W, out, tile, ld, b0, b1, accs), r, out.size,
               tile)
     return out, float(_ordered_sum(accs))

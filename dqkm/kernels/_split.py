@@ -22,7 +22,7 @@ import threading
 
 import numba
 
-__all__ = ["split_ranges", "run_split", "limit_threads", "shared_pool"]
+__all__ = ["split_ranges", "run_split", "n_threads", "limit_threads", "shared_pool"]
 
 _MAX_THREADS = 8
 _MIN_WORK = 1 << 19
