@@ -316,12 +316,14 @@ def squared_norms(A):
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
 
 
-def _gemm_tile(k, d):
+def _gemm_tile(k, d, itemsize):
     """Rows per tile of :func:`_tiled`: ``_TILE``, or more where few centers make each
     GEMM call short (its fixed cost then counts), as long as the K × tile products
-    stay within 128 kB and the tile's rows within 256 kB (L2) for the finishing loop."""
+    stay within 128 kB and the tile's rows within 256 kB (L2) for the finishing loop
+    (``itemsize``: bytes per value of X)."""
     tile = _TILE
-    while tile < 2048 and 2 * tile * k * 4 <= 128 * 1024 and 2 * tile * d * 4 <= 256 * 1024:
+    while (tile < 2048 and 2 * tile * k * itemsize <= 128 * 1024
+           and 2 * tile * d * itemsize <= 256 * 1024):
         tile *= 2
     return tile
 
@@ -350,7 +352,7 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
     with np.errstate(over="ignore", invalid="ignore"):
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
-                      labels, mind, with_sums, _gemm_tile(*centers.shape))
+                      labels, mind, with_sums, _gemm_tile(*centers.shape, X.dtype.itemsize))
 
 
 def _prepare(X, centers):

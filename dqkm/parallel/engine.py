@@ -125,7 +125,8 @@ _LOCAL_GETS = {None: dask.threaded.get, "threads": dask.threaded.get,
 
 def _local_get(objs):
     """``(get, threaded)``: the local scheduler's ``get`` for a compute of ``Delayed``
-    passes and whether it is the threaded one, or ``(None, False)`` (use ``dask.compute``).  A pass's graph is built whole by this module's helpers
+    passes and whether it is the threaded one, or ``(None, False)`` (use
+    ``dask.compute``).  A pass's graph is built whole by this module's helpers
     (X's blocks already optimized by ``to_delayed``): culled and run by
     :func:`~dqkm.parallel.local_run.run_graph` or the configured local scheduler,
     it gives what ``dask.compute`` gives, without its collection handling."""
