@@ -219,7 +219,8 @@ class KMeans(CenterInference, DqkmClusterer):
         and every block after a resume, is assigned by a full scan.  Memory:
         20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
         'auto' is 'hamerly' where n_features ≤ 64 and n_clusters ≥ 128, or n_clusters ≥ 32
-        and n_features ≥ 4; else 'lloyd' (``dqkm.parallel.bounds.choose_algorithm``).  Pruning
+        and n_features ≥ 4, or n_clusters ≥ 16 and n_features ≥ 24; else 'lloyd'
+        (``dqkm.parallel.bounds.choose_algorithm``).  Pruning
         is for dense input: CSR input runs 'lloyd', and so does float32 input
         with more than 32 features (where the Lloyd pass's float32 GEMM rounds
         near-ties otherwise than the exact distances the bounds are checked

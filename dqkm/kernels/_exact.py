@@ -61,7 +61,25 @@ def _direct_rounding(dtype, dp):
 
 
 @njit(nogil=True, cache=True)
-def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny):  # OUT lab
+def _exact_label_second(X, r, centers):
+    """:func:`_exact_label` of row r and the smallest :func:`exact_sq_dist` of the
+    other centers (+inf when K = 1)."""
+    best = np.inf
+    second = np.inf
+    arg = -1
+    for j in range(centers.shape[0]):
+        e = exact_sq_dist(X, r, centers, j)
+        if arg < 0 or e < best:
+            second = best
+            best = e
+            arg = j
+        elif e < second:
+            second = e
+    return arg, second
+
+
+@njit(nogil=True, cache=True)
+def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny, low):  # OUT lab, low
     """Make the tile's labels those of :func:`exact_sq_dist` (lowest index on ties).
 
     Direct distances are sums of non-negative terms, so the rounding of each is
@@ -70,14 +88,29 @@ def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny):  # OUT 
     and the label stands.  The rare rows within that margin (near-ties) are
     decided by the exact float64 distances of every center.  Rows whose best
     is not finite are left (the callers refuse them).
+
+    ``low`` (float64, one entry per row of X, or empty: not wanted) receives a
+    lower bound of the exact squared distance of each row to every center but
+    its label — the second smallest lowered by the margin, or the exact second
+    of a near-tie; 0 where the best is not finite — for Hamerly's bounds
+    (:mod:`dqkm.kernels.bounds`).
     """
+    want = low.shape[0] > 0
     for i in range(t):
         b = np.float64(best[i])
         if not np.isfinite(b):
+            if want:
+                low[start + i] = 0.0
             continue
-        if np.float64(sec[i]) - b > margin * b + tiny:
+        s = np.float64(sec[i])
+        if s - b > margin * b + tiny:
+            if want:
+                low[start + i] = max(s * (1.0 - margin) - tiny, 0.0)
             continue
-        lab[i] = _exact_label(X, start + i, centers)
+        if want:
+            lab[i], low[start + i] = _exact_label_second(X, start + i, centers)
+        else:
+            lab[i] = _exact_label(X, start + i, centers)
 
 
 @njit(nogil=True, cache=True)
@@ -110,7 +143,7 @@ def _row_sq_norm(X, r):
 
 
 @njit(nogil=True, cache=True)
-def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT labels
+def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax, low):  # OUT labels, low
     """Make the tile's labels (GEMM in X's dtype, ``best``/``sec`` the smallest and
     second smallest ``½‖c‖² − x·c``) those of :func:`exact_sq_dist`.
 
@@ -121,15 +154,29 @@ def _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax):  # OUT 
     values' errors and the float64 reference's with a margin) the label stands;
     a row within it (a near-tie) is decided by the exact distances to every
     center.  Rows whose best is not finite are left (the callers refuse them).
+
+    ``low`` as in :func:`_certify_direct`: ``‖x‖² + 2·sec`` lowered by
+    ``scale·(‖x‖² + max ‖c‖²)`` (over four times the error of the two values and
+    of ``‖x‖²``), or the exact second of a near-tie.
     """
+    want = low.shape[0] > 0
     for i in range(t):
         b = best[i]
-        if not np.isfinite(b):
-            continue
         r = start + i
-        if sec[i] - b > scale * (_row_sq_norm(X, r) + cmax):
+        if not np.isfinite(b):
+            if want:
+                low[r] = 0.0
             continue
-        labels[r] = _exact_label(X, r, centers)
+        xn = _row_sq_norm(X, r)
+        err = scale * (xn + cmax)
+        if sec[i] - b > err:
+            if want:
+                low[r] = max(xn + 2.0 * np.float64(sec[i]) - err, 0.0)
+            continue
+        if want:
+            labels[r], low[r] = _exact_label_second(X, r, centers)
+        else:
+            labels[r] = _exact_label(X, r, centers)
 
 
 @njit(nogil=True, cache=True)

@@ -43,7 +43,8 @@ from numba import njit
 
 from ._exact import _rescan_direct, _scan, exact_sq_dist
 from .bounds_pack import pack_state
-from .lloyd import _DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare
+from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare,
+                    _run_tiled, certified_pass)
 
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult", "pack_state"]
@@ -51,6 +52,12 @@ __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_sepa
 # Relative outward rounding of every bound: float64 distances of up to ~10⁵
 # features are accurate to far better than this, and it costs no pruning.
 _EPS = 1e-9
+
+# From this share of a chunk's rows failing their bounds, Hamerly's step runs the
+# Lloyd pass over the whole chunk (which yields every row's bounds too) instead of
+# rescanning the failing rows one by one: a rescanned row costs about twice a row
+# of the Lloyd pass (benchmarks/bench_kmeans.py's low-D part measures the fits).
+_FULL_PASS_SHARE = 0.5
 
 
 def center_geometry(centers, previous=None):
@@ -120,7 +127,7 @@ _sq_dist = exact_sq_dist
 
 
 @njit(nogil=True, cache=True)
-def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):  # OUT labels, upper, lower, todo
+def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo, full_from):  # OUT labels, upper, lower, todo
     """Move and test the bounds of every row, tightening the upper bound where
     the test fails; the rows still failing (and those with label -1: no bounds
     yet) are listed in ``todo`` for :func:`_rescan`.  Returns (distances
@@ -131,7 +138,9 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):
     to cost more than the bounds' arithmetic); the second tightens the listed
     rows' upper bounds by their exact distance and keeps those still failing.
     A row listed by the first loop has its moved bounds written; a row the
-    second keeps is rescanned, which resets them.
+    second keeps is rescanned, which resets them.  When the first loop lists
+    ``full_from`` rows or more, the second is not run (the caller passes over
+    every row): returns (0, rows listed).
     """
     k = centers.shape[0]
     # largest and second-largest move: max_{j≠a} δ_j without a K loop per row
@@ -162,6 +171,8 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo):
         lower[r] = lo
         todo[m] = r
         m += 0 if (u < bound and a >= 0) else 1
+    if m >= full_from:
+        return 0, m
     computed = 0
     n_todo = 0
     for i in range(m):
@@ -492,13 +503,26 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     if n:
         CT = np.ascontiguousarray(centers.T, dtype=np.float64)
         todo = np.empty(n, dtype=np.int64)
+        full_from = n + 1
+        if certified_pass(X.dtype, X.shape[1]):
+            full_from = max(1, int(np.ceil(_FULL_PASS_SHARE * n)))
         computed, m = _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, _EPS,
-                                    todo)
-        if m:
-            _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
-            computed += m * k
-        with np.errstate(over="ignore", invalid="ignore"):
-            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+                                    todo, full_from)
+        if m >= full_from:
+            # most rows rescanned: the Lloyd pass over the whole chunk, its labels
+            # certified exact, gives every row's bounds for less
+            low = np.empty(n)
+            with np.errstate(over="ignore", invalid="ignore"):
+                obj = _run_tiled(X, centers, sums, counts, labels, mind, True, low=low)
+                np.multiply(np.sqrt(mind), 1.0 + _EPS, out=upper)
+                np.multiply(np.sqrt(low), 1.0 - _EPS, out=lower)
+            computed = n * k
+        else:
+            if m:
+                _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
+                computed += m * k
+            with np.errstate(over="ignore", invalid="ignore"):
+                obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
         if _mark_nonfinite(mind):
             obj = np.inf
     return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,

@@ -64,6 +64,7 @@ _DIRECT_MAX_D = 32
 _GEMM_MIN_D = 20
 _GEMM_MIN_D_MANY = 12
 _MANY_CENTERS = 128
+_NO_LOW = np.empty(0)  # no lower bounds wanted (the numba kernels' empty argument)
 _PROBE_ROWS = 64
 
 
@@ -152,7 +153,7 @@ def _mark_overflow(best64, t, mind, start):  # OUT mind
 
 @njit(nogil=True, cache=True)
 def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
-           labels, mind, with_sums, tile):  # OUT sums, counts, labels, mind
+           labels, mind, with_sums, tile, low):  # OUT sums, counts, labels, mind, low
     """One GEMM per tile of ``tile`` rows (:func:`_gemm_tile`), finished while the tile
     is in cache.
 
@@ -166,7 +167,9 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
     best is still not finite gets distance +inf (its distances overflow
     float64, or it holds NaN/inf): the callers refuse it.  With ``exact``
     (float64 X) every label is certified to be that of :func:`exact_sq_dist`
-    (:func:`_certify_gemm`).
+    (:func:`_certify_gemm`), and ``low`` (if not empty; ``exact`` only) receives a
+    lower bound of each row's squared distance to the other centers (0 in a tile
+    assigned again in float64).
     """
     n = X.shape[0]
     objective = 0.0
@@ -197,8 +200,10 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
             _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
             if exact:  # float32 X whose products overflowed float32: exact labels
                 _exact_labels_of_finite(X, start, t, centers, best64, labels)
+            if low.shape[0] > 0:
+                low[start:stop] = 0.0
         elif exact:
-            _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax)
+            _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax, low)
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
                                  with_sums, objective)
         if again and _mark_overflow(best64, t, mind, start):
@@ -216,7 +221,7 @@ def _transpose_tile(X, start, t, XT):  # OUT XT
 
 @njit(nogil=True, cache=True)  # no fastmath here: it slowed the tile loop twofold at D = 2
 def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums, counts, labels,
-            mind, with_sums):  # OUT sums, counts, labels, mind
+            mind, with_sums, low):  # OUT sums, counts, labels, mind, low
     """:func:`_tiled` with direct distances (:func:`~dqkm.kernels._direct.argmin_direct`)
     in place of the GEMM, for ``n_features ≤ _DIRECT_MAX_D``; ``tile`` rows at a time.
 
@@ -253,9 +258,9 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
         if again:
             _transpose_tile(X, start, t, XT64)
             argmin_direct(XT64, t, cpad64, best64, sec64, dist64[0], dist64[1], lab)
-            _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64)
+            _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64, low)
         else:
-            _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny)
+            _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny, low)
         for i in range(t):
             labels[start + i] = lab[i]
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
@@ -270,7 +275,7 @@ def _direct_tile(dp):
     return int(min(2048, max(_TILE, 4096 // dp)))
 
 
-def _run_direct(X, centers, sums, counts, labels, mind, with_sums, tile=None):
+def _run_direct(X, centers, sums, counts, labels, mind, with_sums, tile=None, low=None):
     """:func:`_direct` with the zero-padded centers it needs."""
     k, d = centers.shape
     if tile is None:
@@ -281,7 +286,8 @@ def _run_direct(X, centers, sums, counts, labels, mind, with_sums, tile=None):
     margin64, tiny64 = _direct_rounding(np.float64, d + d % 2)
     with np.errstate(over="ignore", invalid="ignore"):
         return _direct(X, centers, cpad64.astype(X.dtype), cpad64, tile, margin, tiny, margin64,
-                       tiny64, sums, counts, labels, mind, with_sums)
+                       tiny64, sums, counts, labels, mind, with_sums,
+                       _NO_LOW if low is None else low)
 
 
 def _outputs(n, k, d, with_sums):
@@ -328,31 +334,42 @@ def _gemm_tile(k, d, itemsize):
     return tile
 
 
-def _run_tiled(X, centers, sums, counts, labels, mind, with_sums):
+def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
     """:func:`_direct` up to ``_DIRECT_MAX_D`` features, else :func:`_tiled` with
-    the float64 centers and norms it falls back to.
+    the float64 centers and norms it falls back to; ``low`` (float64, one entry
+    per row) receives the lower bounds of :func:`_certify_direct` /
+    :func:`_certify_gemm` (certified kernels only: :func:`certified_pass`).
 
     The squared norms are accumulated in float64; when ½‖c‖² does not fit
     X's dtype (float32 centers beyond ~1e19) every tile is assigned in float64.
     """
     d = X.shape[1]
     if d < (_GEMM_MIN_D_MANY if centers.shape[0] >= _MANY_CENTERS else _GEMM_MIN_D):
-        return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
+        return _run_direct(X, centers, sums, counts, labels, mind, with_sums, low=low)
     c64 = np.ascontiguousarray(centers, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         half64 = np.einsum("ij,ij->i", c64, c64) * 0.5
         half = half64.astype(X.dtype)
     use64 = bool(np.isfinite(half64).all() and not np.isfinite(half).all())
     # certified labels: float64 X always, float32 X up to _DIRECT_MAX_D features
-    exact = X.dtype == np.float64 or d <= _DIRECT_MAX_D
+    exact = certified_pass(X.dtype, d)
+    if low is not None and not exact:
+        raise ValueError("lower bounds need the certified kernels (certified_pass)")
     scale = 8.0 * (d + 4) * np.finfo(X.dtype).eps
     cmax = float(2.0 * half64.max()) if half64.size else 0.0
     if d <= _DIRECT_MAX_D and (use64 or not _certifies_cheaply(X, c64, half64, scale, cmax,
                                                                 _PROBE_ROWS)):
-        return _run_direct(X, centers, sums, counts, labels, mind, with_sums)
+        return _run_direct(X, centers, sums, counts, labels, mind, with_sums, low=low)
     with np.errstate(over="ignore", invalid="ignore"):
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
-                      labels, mind, with_sums, _gemm_tile(*centers.shape, X.dtype.itemsize))
+                      labels, mind, with_sums, _gemm_tile(*centers.shape, X.dtype.itemsize),
+                      _NO_LOW if low is None else low)
+
+
+def certified_pass(dtype, n_features):
+    """Whether the Lloyd pass certifies its labels exact (:mod:`._exact`): float64
+    X, or up to ``_DIRECT_MAX_D`` features."""
+    return dtype == np.float64 or n_features <= _DIRECT_MAX_D
 
 
 def _prepare(X, centers):

@@ -58,7 +58,8 @@ from .finite import describe_bad, first_bad, raise_bad
 from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
-           "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS", "AUTO_MIN_CLUSTERS_MID", "AUTO_MIN_FEATURES"]
+           "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS", "AUTO_MIN_CLUSTERS_MID", "AUTO_MIN_FEATURES",
+           "AUTO_MIN_CLUSTERS_LOW", "AUTO_MIN_FEATURES_LOW"]
 
 BOUNDED_ALGORITHMS = ("hamerly", "elkan")
 
@@ -69,12 +70,15 @@ def held_in_memory(X) -> bool:
     return blocks_held_in_memory(X)
 
 
-# 'auto' prunes with AUTO_MIN_CLUSTERS clusters or more at any dimension, and from
-# AUTO_MIN_CLUSTERS_MID clusters on from AUTO_MIN_FEATURES features, up to
+# 'auto' prunes with AUTO_MIN_CLUSTERS clusters or more at any dimension, from
+# AUTO_MIN_CLUSTERS_MID clusters on from AUTO_MIN_FEATURES features, and from
+# AUTO_MIN_CLUSTERS_LOW clusters on from AUTO_MIN_FEATURES_LOW features, up to
 # AUTO_MAX_FEATURES features; see choose_algorithm.
 AUTO_MIN_CLUSTERS = 128
 AUTO_MIN_CLUSTERS_MID = 32
 AUTO_MIN_FEATURES = 4
+AUTO_MIN_CLUSTERS_LOW = 16
+AUTO_MIN_FEATURES_LOW = 24
 AUTO_MAX_FEATURES = 64
 
 
@@ -87,15 +91,18 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
       not certified exact (every other dense Lloyd kernel's are), so the bounds
       could not promise its labels.
     - 'auto' is 'hamerly' for at most :data:`AUTO_MAX_FEATURES` features and
-      either at least :data:`AUTO_MIN_CLUSTERS` clusters or at least
+      at least :data:`AUTO_MIN_CLUSTERS` clusters, or at least
       :data:`AUTO_MIN_CLUSTERS_MID` clusters and :data:`AUTO_MIN_FEATURES`
-      features, else 'lloyd'.  Whole fits to convergence on 1M rows
-      (benchmarks/bench_kmeans.py ``--converge --cases grid``): 'hamerly'
-      took half of 'lloyd''s time or less at K = 256 from D = 2 on, and less
-      at K = 64 from D = 8 on (a tie at D = 3, a loss at D = 2); at K = 16 the
-      Lloyd pass's direct kernel costs as little per row as the bounds'
-      bookkeeping and 'lloyd' was as fast or faster at every D.  'elkan'
-      (n × K bounds) is never chosen by 'auto'.
+      features, or at least :data:`AUTO_MIN_CLUSTERS_LOW` clusters and
+      :data:`AUTO_MIN_FEATURES_LOW` features; else 'lloyd'.  Whole fits to
+      convergence on 1M rows (benchmarks/bench_kmeans.py ``--converge --cases
+      grid``): 'hamerly' took half of 'lloyd''s time or less at K = 256 from
+      D = 2 on, and less at K = 64 from D = 8 on (a tie at D = 3, a loss at
+      D = 2); at K = 16 below 24 features the Lloyd pass's direct kernel costs
+      as little per row as the bounds' bookkeeping, while from 24 features
+      (the GEMM kernel; its first passes serve Hamerly's too) 'hamerly' took
+      0.83–0.89 × 'lloyd''s time.  'elkan' (n × K bounds) is never chosen by
+      'auto'.
     """
     from ..kernels.lloyd import _DIRECT_MAX_D
 
@@ -106,8 +113,10 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
     if algorithm != "auto":
         return algorithm
     d = X.shape[1]
-    if d <= AUTO_MAX_FEATURES and (n_clusters >= AUTO_MIN_CLUSTERS or (
-            n_clusters >= AUTO_MIN_CLUSTERS_MID and d >= AUTO_MIN_FEATURES)):
+    if d <= AUTO_MAX_FEATURES and (
+            n_clusters >= AUTO_MIN_CLUSTERS
+            or (n_clusters >= AUTO_MIN_CLUSTERS_MID and d >= AUTO_MIN_FEATURES)
+            or (n_clusters >= AUTO_MIN_CLUSTERS_LOW and d >= AUTO_MIN_FEATURES_LOW)):
         return "hamerly"
     return "lloyd"
 

@@ -23,8 +23,9 @@ import dqkm
 from dqkm._validation import InvalidParameterError
 from dqkm.exceptions import DataError
 from dqkm.parallel import bounds as pbounds
-from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, AUTO_MIN_CLUSTERS_MID,
-                                  AUTO_MIN_FEATURES, BoundedPasses, choose_algorithm)
+from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, AUTO_MIN_CLUSTERS_LOW,
+                                  AUTO_MIN_CLUSTERS_MID, AUTO_MIN_FEATURES, AUTO_MIN_FEATURES_LOW,
+                                  BoundedPasses, choose_algorithm)
 
 BOUNDED = ["hamerly", "elkan"]
 
@@ -250,7 +251,12 @@ def test_auto_rule_and_inputs_that_run_lloyd():
     assert choose_algorithm("auto", dense(2), big - 1) == "lloyd"
     assert choose_algorithm("auto", dense(f), mid) == "hamerly"
     assert choose_algorithm("auto", dense(f - 1), mid) == "lloyd"
-    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), mid - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), mid - 1) == "hamerly"
+    low, fl = AUTO_MIN_CLUSTERS_LOW, AUTO_MIN_FEATURES_LOW  # few clusters: from fl features
+    assert choose_algorithm("auto", dense(fl), low) == "hamerly"
+    assert choose_algorithm("auto", dense(fl - 1), low) == "lloyd"
+    assert choose_algorithm("auto", dense(fl), low - 1) == "lloyd"
+    assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), low) == "lloyd"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES), 256) == "hamerly"
     assert choose_algorithm("auto", dense(AUTO_MAX_FEATURES + 1), 256) == "lloyd"
     assert choose_algorithm("elkan", dense(300), 16) == "elkan"
