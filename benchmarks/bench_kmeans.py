@@ -400,8 +400,10 @@ def converge_case(n, d, k, repeat, max_iter):
                 for a in ("lloyd", "hamerly", "elkan")}
         fits["sklearn lloyd"] = lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(X)
         fits["sklearn elkan"] = lambda: SkKMeans(algorithm="elkan", n_init=1, **kw).fit(X)
-        for a in ("lloyd", "hamerly", "elkan"):  # numba compile / cache load
-            dqkm.KMeans(algorithm=a, **{**kw, "max_iter": 2}).fit(Xp)
+        # numba compile / cache load; 8 iterations, so that Hamerly's rescans of single
+        # rows are compiled too (its first passes, most rows failing, run the Lloyd kernel)
+        for a in ("lloyd", "hamerly", "elkan"):
+            dqkm.KMeans(algorithm=a, **{**kw, "max_iter": 8}).fit(Xp)
         best, models = dict.fromkeys(fits, np.inf), {}
         for _ in range(repeat):
             for name, fit in fits.items():
@@ -478,7 +480,7 @@ def run_ooc(args, tmp):
                                                 dashboard_address=None,
                                                 silence_logs=logging.ERROR) as cluster, \
             Client(cluster), dask.config.set({"temporary-directory": tmp}):
-        _ooc_seconds(X, "hamerly", 2)  # numba compile / cache load on the workers
+        _ooc_seconds(X, "hamerly", 8)  # numba compile / cache load on the workers (all paths)
         best = {"lloyd": np.inf, "memory": np.inf, "files": np.inf}
         for _ in range(args.repeat):
             best["lloyd"] = min(best["lloyd"], _ooc_seconds(X, "lloyd", args.iters)[0])
