@@ -376,8 +376,10 @@ on the driver while the workers wait, and its three largest kernels (the chain
 gradient, the Gram sandwiches, the one-factor gathers) write independent columns or
 rows of their outputs, so from 2¹⁹ output entries they are split into one contiguous
 range per thread (at most eight); every entry is summed in the same order, so the
-factors and λ are the same to the bit ("same λ").  The Splincol steps, the support dot
-products and the power iterations stay on one thread.
+factors and λ are the same to the bit ("same λ").  The fused Splincol step splits its
+rows the same way, each range with its own column buffers merged in range order (the
+same picks, ties included).  The support dot products and the power iterations stay on
+one thread.
 
 QK-means variants and defaults:
 

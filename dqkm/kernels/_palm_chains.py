@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from numba import njit
 
 from ._factor_apply import _csr_rows_times, _csr_transpose, choose_tile
-from ._split import n_threads, run_split
+from ._split import n_threads, run_split, split_ranges
 
 # dtype of the products through the chains: float32, as the reference's gradient GEMMs
 # (the gradient only sets the step; every objective is evaluated in float64)
@@ -283,22 +283,14 @@ def _row_picked(ri, rn, i, j):
 
 
 @njit(cache=True, nogil=True)
-def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
-    """``out = Splincol_s(S − G/cm)`` (unit Frobenius norm) in one pass over ``G``.
-
-    The union of the ``s`` largest ``|D|`` of every row and of every column, the
-    same entries and ties as ``Splincol._mask`` on the dense ``D = S − G/cm``
-    (``D`` is recomputed, never stored).  Returns the CSR arrays of ``out``
-    (column indices sorted in each row, exact zeros dropped).
-    """
-    r, c = S.shape
+def _splincol_rows(S, G, cm, s, lo, hi, ri, rn, cv, ci, cn):  # OUT ri, rn (rows lo … hi), cv, ci, cn
+    """The picks of rows ``lo … hi`` of ``|S − G/cm|``: each row's ``s`` largest
+    (``ri``/``rn``) and each column's ``s`` largest among these rows
+    (``cv``/``ci``/``cn``), in the insertion buffers' order (larger first, an
+    equal value after the earlier row)."""
+    c = S.shape[1]
     rv = np.empty((1, s))
-    ri = np.empty((r, s), dtype=np.int64)
-    rn = np.zeros(r, dtype=np.int64)
-    cv = np.empty((c, s))
-    ci = np.empty((c, s), dtype=np.int64)
-    cn = np.zeros(c, dtype=np.int64)
-    for i in range(r):
+    for i in range(lo, hi):
         Si = S[i]
         Gi = G[i]
         n = 0
@@ -307,7 +299,28 @@ def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
             n = _insert(rv, ri[i:i + 1], 0, n, s, v, j)
             cn[j] = _insert(cv, ci, j, cn[j], s, v, i)
         rn[i] = n
+
+
+@njit(cache=True, nogil=True)
+def _merge_columns(cv, ci, cn, s):
+    """One column buffer from the buffers of consecutive row ranges (``cv[p]`` …):
+    each range's picks inserted in range order, so an equal value keeps the earlier
+    row — the picks one pass over all rows makes."""
+    c = cv.shape[1]
+    mv = np.empty((c, s))
+    mi = np.empty((c, s), dtype=np.int64)
+    mn = np.zeros(c, dtype=np.int64)
+    for p in range(cv.shape[0]):
+        for j in range(c):
+            for t in range(cn[p, j]):
+                mn[j] = _insert(mv, mi, j, mn[j], s, cv[p, j, t], ci[p, j, t])
+    return mv, mi, mn
+
+
+@njit(cache=True, nogil=True)
+def _splincol_union(S, G, cm, ri, rn, ci, cn, out):  # OUT out
     # the union, row by row: a column's pick (i, j) is new unless j is among row i's
+    r, c = S.shape
     cnt = rn.copy()
     for j in range(c):
         for t in range(cn[j]):
@@ -330,6 +343,47 @@ def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
                 indices[fill[i]] = j
                 fill[i] += 1
     return _finish_rows(S, G, cm, indptr, indices, out)
+
+
+@njit(cache=True, nogil=True)
+def _splincol_step1(S, G, cm, s, out):  # OUT out (zeros on entry)
+    r, c = S.shape
+    ri = np.empty((r, s), dtype=np.int64)
+    rn = np.zeros(r, dtype=np.int64)
+    cv = np.empty((c, s))
+    ci = np.empty((c, s), dtype=np.int64)
+    cn = np.zeros(c, dtype=np.int64)
+    _splincol_rows(S, G, cm, s, 0, r, ri, rn, cv, ci, cn)
+    return _splincol_union(S, G, cm, ri, rn, ci, cn, out)
+
+
+def splincol_step(S, G, cm, s, out):  # OUT out (zeros on entry)
+    """``out = Splincol_s(S − G/cm)`` (unit Frobenius norm) in one pass over ``G``.
+
+    The union of the ``s`` largest ``|D|`` of every row and of every column, the
+    same entries and ties as ``Splincol._mask`` on the dense ``D = S − G/cm``
+    (``D`` is recomputed, never stored).  Returns the CSR arrays of ``out``
+    (column indices sorted in each row, exact zeros dropped).
+
+    From 2¹⁹ entries the rows are split into one contiguous range per thread
+    (:func:`._split.run_split`), each with its own column buffers, merged in
+    range order: the same picks, and the values and norm are then summed on one
+    thread in the one-thread order, so the result is the same to the bit.
+    """
+    r, c = S.shape
+    ranges = split_ranges(r, n_threads(r * c))
+    if len(ranges) == 1:
+        return _splincol_step1(S, G, cm, s, out)
+    part = {lo: p for p, (lo, _) in enumerate(ranges)}
+    ri = np.empty((r, s), dtype=np.int64)
+    rn = np.zeros(r, dtype=np.int64)
+    cv = np.empty((len(ranges), c, s))
+    ci = np.empty((len(ranges), c, s), dtype=np.int64)
+    cn = np.zeros((len(ranges), c), dtype=np.int64)
+    run_split(lambda lo, hi: _splincol_rows(S, G, cm, s, lo, hi, ri, rn, cv[part[lo]],
+                                            ci[part[lo]], cn[part[lo]]), r, r * c)
+    _, mi, mn = _merge_columns(cv, ci, cn, s)
+    return _splincol_union(S, G, cm, ri, rn, mi, mn, out)
 
 
 @njit(cache=True, nogil=True)

@@ -68,3 +68,28 @@ def test_palm4msa_is_bit_identical_on_one_and_several_threads(monkeypatch, shape
         assert many.lam == one.lam
         for a, b in zip(many.factors.factors, one.factors.factors):
             np.testing.assert_array_equal(a.toarray(), b.toarray())
+
+
+@pytest.mark.parametrize("shape, s", [((60, 40), 3), ((41, 90), 2), ((50, 50), 5)])
+def test_split_splincol_step_keeps_the_one_thread_picks_and_bits(monkeypatch, shape, s):
+    """The Splincol step split over row ranges (each with its own column buffers,
+    merged in range order) picks the same entries — ties included: integer-valued
+    steps, all-zero rows and columns, where an equal value must keep the earlier row
+    — and gives the same values and norm as one thread, to the bit."""
+    from dqkm.kernels._palm_chains import splincol_step
+
+    monkeypatch.setattr(_split, "_MIN_WORK", 1)
+    rng = np.random.default_rng(sum(shape) + s)
+    S = np.where(rng.random(shape) < 0.1, rng.standard_normal(shape), 0.0)
+    for G in (rng.standard_normal(shape), rng.integers(-2, 3, shape).astype(float),
+              np.ones(shape)):
+        G[3] = 0.0
+        G[:, 5] = 0.0
+        outs = []
+        for n in (1, 2, 3, 7):
+            out = np.zeros(shape)
+            with _split.limit_threads(n):
+                outs.append((out, *splincol_step(S, G, 1.7, s, out)))
+        for other in outs[1:]:
+            for a, b in zip(other, outs[0]):
+                np.testing.assert_array_equal(a, b)
