@@ -4,7 +4,8 @@ cluster's float64 sum and count.
 
 The GEMM, direct and bound-pruned kernels all finish through :func:`_finish_tile`
 (and :func:`_finish_row`), so for the same labels their sums and objective are
-bit-identical.
+bit-identical.  Also :func:`column_moments`, what the first pass of a fit adds per
+chunk for scikit-learn's relative tolerance.
 """
 
 from __future__ import annotations
@@ -105,3 +106,20 @@ def _finish_tile_3d(X, start, stop, centers, sums, counts, labels, mind, objecti
         mind[r] = dist
         objective += dist
     return objective
+
+
+@njit(nogil=True, cache=True)
+def column_moments(X):
+    """Per column of ``X`` (float32 or float64), the float64 sum and sum of squares,
+    in one pass over the rows (no float64 copy, no temporaries): what the tolerance of
+    a fit needs (count, mean and Σx² − n·mean² per feature).  Each column's sums run in
+    row order; a non-finite value makes its column's sums non-finite."""
+    d = X.shape[1]
+    s = np.zeros(d)
+    q = np.zeros(d)
+    for i in range(X.shape[0]):
+        for j in range(d):
+            v = np.float64(X[i, j])
+            s[j] += v
+            q[j] += v * v
+    return s, q

@@ -56,7 +56,7 @@ _EPS = 1e-9
 # From this share of a chunk's rows failing their bounds, Hamerly's step runs the
 # Lloyd pass over the whole chunk (which yields every row's bounds too) instead of
 # rescanning the failing rows one by one: a rescanned row costs about twice a row
-# of the Lloyd pass (benchmarks/bench_kmeans.py's low-D part measures the fits).
+# of the Lloyd pass (benchmarks/bench_kmeans.py's convergence grid measures whole fits).
 _FULL_PASS_SHARE = 0.5
 
 
