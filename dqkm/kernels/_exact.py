@@ -39,14 +39,7 @@ def exact_sq_dist(X, r, centers, j):
 @njit(nogil=True, cache=True)
 def _exact_label(X, r, centers):
     """The lowest j with the smallest :func:`exact_sq_dist` of row r."""
-    best = np.inf
-    arg = -1
-    for j in range(centers.shape[0]):
-        e = exact_sq_dist(X, r, centers, j)
-        if arg < 0 or e < best:
-            best = e
-            arg = j
-    return arg
+    return _exact_label_second(X, r, centers)[0]
 
 
 def _direct_rounding(dtype, dp):
