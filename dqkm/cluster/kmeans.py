@@ -215,14 +215,13 @@ class KMeans(CenterInference, DqkmClusterer):
         memory when X is persisted and in files beside the data (under the
         fit's ``checkpoint`` directory when given, else in a temporary
         directory; either way the fit removes what it wrote) when X is re-read
-        every pass; a block whose state is lost,
-        and every block after a resume, is assigned by a full scan.  Memory:
-        20 bytes per row ('hamerly'), ``12 + 8·n_clusters`` ('elkan').
-        'auto' is 'hamerly' where n_features ≤ 64 and n_clusters ≥ 128, or n_clusters ≥ 32
-        and n_features ≥ 4, or n_clusters ≥ 16 and n_features ≥ 24; else 'lloyd'
-        (``dqkm.parallel.bounds.choose_algorithm``).  Pruning
-        is for dense input: CSR input runs 'lloyd', and so does float32 input
-        with more than 32 features (where the Lloyd pass's float32 GEMM rounds
+        every pass; a block whose state is lost, and every block after a resume, is
+        assigned by a full scan.  Memory: 20 bytes per row ('hamerly'), ``12 + 8·n_clusters``
+        ('elkan').  'auto' is 'hamerly' where n_features ≤ 64 and n_clusters ≥ 128, or
+        n_clusters ≥ 32 and n_features ≥ 4, or n_clusters ≥ 16 and n_features ≥ 24; else
+        'lloyd' (``dqkm.parallel.bounds.choose_algorithm``).  Pruning is for dense input:
+        CSR input runs 'lloyd', and so does float32 input with more than 32 features
+        (where the Lloyd pass's float32 GEMM rounds
         near-ties otherwise than the exact distances the bounds are checked
         against).  Elsewhere the Lloyd kernels decide near-ties by the exact
         float64 distances too, so the labels are identical.  ``history_``

@@ -141,6 +141,7 @@ def prepare_worker_kernels(factors, dtype, weighted=False):
     block = np.ascontiguousarray(state[1][:2])  # rows of V: finite, no overflow
     w = np.ones(block.shape[0]) if weighted else None
     _qk_partials(block, state, 0, w)  # the fit's passes and factor_inertia
+    _moments(block)  # the first pass's moments (their numba kernel)
     _labels_block(block, _inference_state(factors, dtype), 0)  # assign_factors
     _dist_block(block, _inference_state(factors, dtype), 0)  # factor_distances
     _PREPARED.add(key)
