@@ -86,7 +86,7 @@ def _moments(block, weights=None):
     n = b.shape[0]
     if n == 0:
         return (0, np.zeros(b.shape[1]), np.zeros(b.shape[1]))
-    # float64 sums in one pass (no float64 copy of the chunk, no chunk-sized
+    # float64 sums in one pass (no float64 copy of a float32 chunk, no chunk-sized
     # temporaries; numpy's buffered float64 reductions of a float32 chunk took 4–7 × as
     # long); the moments only set sklearn's relative tolerance, so Σx² − n·mean² is
     # precise enough; chunks are merged with Chan's formula
