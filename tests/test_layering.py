@@ -460,8 +460,6 @@ KNOWN_FUNCTION_IMPORTS = {
     ("dqkm.neighbors", "dqkm.exceptions"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "dqkm.parallel.neighbors"): "no cycle: can move up (file owned by mem)",
     ("dqkm.neighbors", "scipy.sparse"): "no cycle: can move up (file owned by mem)",
-    ("dqkm.parallel.bounds", "dqkm.kernels.lloyd"):
-        "imports a private name (_DIRECT_MAX_D); can move up (file owned by bounds)",
     ("dqkm.parallel.embedding", "dqkm.parallel.lloyd"): "no cycle: can move up (owned by mem)",
     ("dqkm.data.row_state", "zarr"): "can move up (file owned by bounds)",
     ("dqkm.data.row_state", "dask"): "can move up (file owned by bounds)",

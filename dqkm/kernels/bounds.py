@@ -501,7 +501,6 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     obj = 0.0
     computed = 0
     if n:
-        CT = np.ascontiguousarray(centers.T, dtype=np.float64)
         todo = np.empty(n, dtype=np.int64)
         full_from = n + 1
         if certified_pass(X.dtype, X.shape[1]):
@@ -519,6 +518,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
             computed = n * k
         else:
             if m:
+                CT = np.ascontiguousarray(centers.T, dtype=np.float64)
                 _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
                 computed += m * k
             with np.errstate(over="ignore", invalid="ignore"):

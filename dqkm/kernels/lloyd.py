@@ -367,9 +367,10 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
 
 
 def certified_pass(dtype, n_features):
-    """Whether the Lloyd pass certifies its labels exact (:mod:`._exact`): float64
-    X, or up to ``_DIRECT_MAX_D`` features."""
-    return dtype == np.float64 or n_features <= _DIRECT_MAX_D
+    """Whether the Lloyd pass certifies its labels exact (:mod:`._exact`) on X of
+    ``dtype``: up to ``_DIRECT_MAX_D`` features, or any dtype but float32 (the
+    kernels run every other dtype in float64)."""
+    return np.dtype(dtype) != np.float32 or n_features <= _DIRECT_MAX_D
 
 
 def _prepare(X, centers):

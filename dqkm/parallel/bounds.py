@@ -52,6 +52,7 @@ from ..data.row_state import (create_state_array, create_state_directory, read_b
                               write_block_state)
 from ..kernels.bounds import (center_geometry, center_separations, elkan_partials,
                               hamerly_partials, pack_state)
+from ..kernels.lloyd import certified_pass
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
                      map_blocks_reduce, map_blocks_with_state)
 from .finite import describe_bad, first_bad, raise_bad
@@ -104,11 +105,9 @@ def choose_algorithm(algorithm, X, n_clusters) -> str:
       0.83–0.89 × 'lloyd''s time.  'elkan' (n × K bounds) is never chosen by
       'auto'.
     """
-    from ..kernels.lloyd import _DIRECT_MAX_D
-
     if algorithm == "lloyd" or sp.issparse(getattr(X, "_meta", None)):
         return "lloyd"
-    if X.dtype == np.float32 and X.shape[1] > _DIRECT_MAX_D:
+    if not certified_pass(X.dtype, X.shape[1]):
         return "lloyd"
     if algorithm != "auto":
         return algorithm
