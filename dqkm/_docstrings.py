@@ -53,7 +53,8 @@ PIECES = {
 >>> qk = dqkm.QKMeans(4, sparsity=2, palm_iter_init=10, palm_iter=2, random_state=0).fit(X)""",
     "fitted_mbqkmeans": """>>> import numpy as np, dqkm
 >>> X = np.repeat(np.eye(4) * 10, 10, axis=0)  # four groups of 10 equal rows
->>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2,
+>>> # sparse centroids (one-hot): no offset row, which would make the rest dense
+>>> mb = dqkm.MiniBatchQKMeans(4, sparsity=2, batch_size=10, max_iter=2, offset=False,
 ...                            palm_iter_init=10, palm_iter=2, random_state=0).fit(X)""",
     "fitted_sekmeans": """>>> import numpy as np, dqkm
 >>> rng = np.random.default_rng(0)

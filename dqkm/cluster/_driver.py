@@ -126,8 +126,11 @@ class IterativeAlgorithm(ABC):
         """
 
     # Optional hooks, with defaults that suit most algorithms.
-    def converged(self, record, tol_abs) -> bool:
-        """Whether a run stops after ``record``: its shift is at most ``tol_abs``."""
+    def converged(self, record, tol_abs, history=()) -> bool:
+        """Whether a run stops after ``record``: its shift is at most ``tol_abs``.
+        ``history`` holds the run's records so far, ``record`` last (a resumed run's
+        include the checkpoint's), for a rule that compares iterations.  A rule may
+        set ``record["stop_reason"]``, the sentence the progress lines end with."""
         return record["shift"] <= tol_abs
 
     def describe_saved(self, run, iteration):
@@ -195,8 +198,8 @@ class Composed(IterativeAlgorithm):
     def finalize(self, X, result):
         return self.inner.finalize(X, result)
 
-    def converged(self, record, tol_abs):
-        return self.inner.converged(record, tol_abs)
+    def converged(self, record, tol_abs, history=()):
+        return self.inner.converged(record, tol_abs, history)
 
     def initial_tol_abs(self):
         return self.inner.initial_tol_abs()
@@ -292,7 +295,7 @@ class _Fit:
                 rec.setdefault("tol_abs", float(tol_abs))
             shift, objective = float(rec["shift"]), float(rec["objective"])
             history.append(rec)
-            converged = bool(algo.converged(rec, tol_abs))
+            converged = bool(algo.converged(rec, tol_abs, history))
             if self.ck is not None:
                 self._save(run, state, history, tol_abs, converged, rng)
             self.reporter.update(rec, tol_abs)

@@ -8,9 +8,12 @@ watch every run through that namespace.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import kernels
+from ..kernels.factor_offset import add_offset, split_offset
 
 # The progress budget of QK-means's initial factorisation (relative-error improvement
 # per iteration; palm_iter_init stays the cap): splits and the global runs of levels
@@ -97,6 +100,56 @@ def _warm_or_hierarchical(A, constraints, *, n_iter, init, fixed_left, n_iter_un
                           else n_iter_unweighted, budget="full")
     polished = _palm(A, constraints, n_iter=n_iter, init=plain.factors, fixed_left=w)
     return polished if polished.errors[-1] < best.errors[-1] else best
+
+
+@dataclass(frozen=True)
+class _OffsetRefit:
+    """A refit's result with the offset row: ``factors`` as :func:`add_offset` writes
+    them, ``errors`` those of the inner run with the last one after the offset's
+    update (‖A − D_√n·V‖ of the returned ``V``), ``n_iter`` the inner run's."""
+
+    factors: object
+    errors: np.ndarray
+    n_iter: int
+
+
+def _offset_of(A, w, inner):
+    """The offset μ minimising ‖A − D_w·(1·μᵀ + inner)‖ for fixed ``inner``:
+    ``Σ_k w_k·(A_k − w_k·inner_k) / Σ_k w_k²`` (0 when every weight is 0)."""
+    total = float(w @ w)
+    if total == 0:
+        return np.zeros(A.shape[1])
+    return (w @ (A - w[:, None] * inner)) / total
+
+
+def _with_offset(solve):
+    """``solve`` (a refit with :func:`_solver_for`'s signature) for factors with a
+    dense offset row (:mod:`dqkm.kernels.factor_offset`): the empty-cluster rule on
+    the centroids, ``solve`` on ``A − D_√n·1·μᵀ`` warm-started from the sparse
+    part, then μ by least squares for the new sparse part.  Neither step raises
+    ‖A − D_√n·V‖ (``solve`` never ends above its warm start), so the QK-means
+    objective stays non-increasing."""
+
+    def refit(A, constraints, *, n_iter, init, fixed_left):
+        A, w = _empty_rule(A, init, fixed_left)
+        inner, mu = split_offset(init)
+        res = solve(A - w[:, None] * mu, constraints, n_iter=n_iter, init=inner, fixed_left=w)
+        W = res.factors.toarray().astype(np.float64)
+        mu = _offset_of(A, w, W)
+        V = add_offset(res.factors, mu)
+        errors = np.array(res.errors, dtype=np.float64)
+        errors[-1] = np.linalg.norm(A - w[:, None] * (W + mu))
+        return _OffsetRefit(factors=V, errors=errors, n_iter=int(res.n_iter))
+    return refit
+
+
+def _factorize_with_offset(factorize, C):
+    """``factorize(C − μ0)`` with μ0 the mean row of the centroids ``C``, then μ by
+    least squares for the factors found; :func:`add_offset`'s layout."""
+    C = np.asarray(C, dtype=np.float64)
+    W = factorize(C - C.mean(axis=0))
+    mu = _offset_of(C, np.ones(C.shape[0]), W.toarray().astype(np.float64))
+    return add_offset(W, mu)
 
 
 def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm",

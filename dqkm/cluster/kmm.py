@@ -69,7 +69,7 @@ class _KMMAlgorithm(IterativeAlgorithm):
         state, record = self.solver.step(state, iteration)
         return state, record, tol_abs
 
-    def converged(self, record, tol_abs):
+    def converged(self, record, tol_abs, history=()):
         """No row changed its nearest prototype in an outer iteration after the first."""
         return record["iteration"] > 1 and record["n_changed"] == 0
 

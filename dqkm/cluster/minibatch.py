@@ -482,7 +482,7 @@ class _MiniBatchAlgorithm(IterativeAlgorithm):
         rec["iteration"] = iteration
         return state, rec, self._tol_abs
 
-    def converged(self, record, tol_abs):
+    def converged(self, record, tol_abs, history=()):
         return bool(record["converged"]) or record["steps"] >= self.n_steps
 
     def initial_tol_abs(self):

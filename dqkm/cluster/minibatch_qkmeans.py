@@ -15,7 +15,7 @@ from ..parallel.stream import iter_blocks
 from .._validation import Interval, check_value
 from .minibatch import MiniBatchKMeans, _MiniBatchAlgorithm, _State
 from .._docstrings import fill_doc
-from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical
+from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical, _with_offset
 
 __all__ = ["MiniBatchQKMeans"]
 
@@ -76,6 +76,9 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         ``partial_fit`` call per chunk of 100 rows, a refit after each, end
         3.3 % above ``QKMeans.fit`` with 0, and 0.7 % below it with 8).  Each
         such refit costs about twice the initial factorisation; 0 disables them.
+    offset : bool, default=True
+        As :class:`dqkm.QKMeans`: ``V = 1·μᵀ + λ·S1···SQ`` with a dense row μ
+        refitted with the factors (by least squares after each palm4MSA refit).
 
     Attributes
     ----------
@@ -125,13 +128,14 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         "palm_iter_init": [Interval(Integral, 1, None, closed="left")],
         "refit_every": [Interval(Integral, 1, None, closed="left")],
         "hierarchical_refits": [Interval(Integral, 0, None, closed="left")],
+        "offset": ["boolean"],
     }
 
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, palm_iter=10,
                  palm_iter_init=300, refit_every=5, hierarchical_refits=8, init="k-means++",
                  max_iter=100, batch_size=1024, verbose=0, compute_labels=True,
                  random_state=None, tol=0.0, max_no_improvement=10, init_size=None,
-                 n_init="auto", reassignment_ratio=0.01):
+                 n_init="auto", reassignment_ratio=0.01, offset=True):
         super().__init__(n_clusters, init=init, max_iter=max_iter, batch_size=batch_size,
                          verbose=verbose, compute_labels=compute_labels,
                          random_state=random_state, tol=tol,
@@ -143,12 +147,13 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         self.palm_iter_init = palm_iter_init
         self.refit_every = refit_every
         self.hierarchical_refits = hierarchical_refits
+        self.offset = offset
 
     # ------------------------------------------------------------------ factors
     def _proxy(self):
         """A QKMeans with this model's factor parameters (its checks and init)."""
         return QKMeans(self.n_clusters, sparsity=self.sparsity, n_factors=self.n_factors,
-                       palm_iter_init=self.palm_iter_init)
+                       palm_iter_init=self.palm_iter_init, offset=self.offset)
 
     def _constraints(self, n_features):
         from ..kernels import default_constraints
@@ -179,16 +184,21 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         if state.factors is None or state.pending == 0:
             return
         w = np.sqrt(state.weight_sums)
-        A, w = _empty_rule(w[:, None] * state.centers, state.factors, w)
         constraints = self._constraints(state.centers.shape[1])
         r = state.refits + 1
-        if r & (r - 1) == 0 and r.bit_length() <= self.hierarchical_refits:
-            res = _warm_or_hierarchical(A, constraints, n_iter=self.palm_iter,
-                                        init=state.factors, fixed_left=w,
-                                        n_iter_unweighted=self.palm_iter_init)
-        else:
-            res = _palm(A, constraints, n_iter=self.palm_iter, init=state.factors,
-                        fixed_left=w)
+        hierarchical = r & (r - 1) == 0 and r.bit_length() <= self.hierarchical_refits
+
+        def solve(A, constraints, *, n_iter, init, fixed_left):
+            A, w = _empty_rule(A, init, fixed_left)
+            if hierarchical:
+                return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
+                                             fixed_left=w, n_iter_unweighted=self.palm_iter_init)
+            return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=w)
+
+        if self._proxy()._fits_offset():
+            solve = _with_offset(solve)
+        res = solve(w[:, None] * state.centers, constraints, n_iter=self.palm_iter,
+                    init=state.factors, fixed_left=w)
         state.set_factors(res.factors)
         state.refits += 1
         state.pending = 0

@@ -31,8 +31,8 @@ _VARIANTS = {"dqkm", "paper"}
 
 
 from ._qk_solvers import (_FIT_BUDGET, _FULL_BUDGET, _LAST_TOL, _SPLIT_TOL,  # noqa: F401
-                          _empty_rule, _hierarchical, _palm, _refit_solver, _solver_for,
-                          _warm_or_hierarchical)
+                          _empty_rule, _factorize_with_offset, _hierarchical, _palm,
+                          _refit_solver, _solver_for, _warm_or_hierarchical, _with_offset)
 
 
 class _QKMeansAlgorithm(LloydAlgorithm):
@@ -64,14 +64,31 @@ class _QKMeansAlgorithm(LloydAlgorithm):
         return est._factorize(centers, self.constraints)
 
     def step(self, X, state, iteration, tol_abs):
+        est = self.estimator
+        solve = _solver_for(iteration, est.hierarchical_refits, est.palm_iter_init, est.variant,
+                            est.palm_tol)
         return qkmeans_step(X, state, iteration, self.constraints,
-                            palm4msa=_solver_for(iteration, self.estimator.hierarchical_refits,
-                                                 self.estimator.palm_iter_init,
-                                                 self.estimator.variant,
-                                                 self.estimator.palm_tol),
+                            palm4msa=_with_offset(solve) if est._fits_offset() else solve,
                             tol=self.tol, tol_abs=tol_abs,
                             palm_iter=self.estimator.palm_iter, split_every=self.split_every,
                             sample_weight=self.weights(X))
+
+    def converged(self, record, tol_abs, history=()):
+        """The center shift within ``tol`` (as K-means), or the objective's relative
+        change since the previous iteration within ``objective_tol``."""
+        if super().converged(record, tol_abs, history):
+            return True
+        rtol = self.estimator.objective_tol
+        if rtol == 0 or len(history) < 2:
+            return False
+        before, now = float(history[-2]["objective"]), float(record["objective"])
+        change = abs(before - now) / before if before > 0 else 0.0
+        if change > rtol:
+            return False
+        record["stop_reason"] = (f"Converged at iteration {record['iteration']}: objective "
+                                 f"changed by {change:e} relatively, within objective_tol "
+                                 f"{rtol:e}")
+        return True
 
     def pack(self, state):
         return state.to_arrays()
@@ -89,7 +106,8 @@ class _QKMeansAlgorithm(LloydAlgorithm):
 class QKMeans(KMeans):
     """QuicK-means: centroids V = λ·S1···SQ constrained to sparse factors.
 
-    Assigning a point costs one application of the sparse factors,
+    (By default V = 1·μᵀ + λ·S1···SQ, a dense offset row plus sparse factors:
+    see ``offset``.)  Assigning a point costs one application of the sparse factors,
     O(A log B + B) with A = min(K, D), B = max(K, D), instead of the O(K·D)
     dense product.  Each Lloyd iteration is one pass over X (assignment by the
     factors, K×D float64 sums, counts, exact objective, tree-reduced), then
@@ -155,6 +173,34 @@ class QKMeans(KMeans):
         the safeguarded adaptive step, the geometric residual rule, the
         hierarchical refits and early stops; lower objectives on digits (see
         docs/benchmarks/palm4msa.md for what each part costs).
+    offset : bool, default=True
+        Fit ``V = 1·μᵀ + λ·S1···SQ``: a dense row μ (the D values every
+        centroid shares) outside the sparse factors, which then fit only what
+        differs between clusters.  The initial factorisation fits the
+        centroids minus their mean row; every refit runs palm4MSA on
+        ``D_√n·(U − 1·μᵀ)`` warm-started from the sparse part, then sets μ
+        by least squares (neither step raises the objective).  ``factors_``
+        holds V itself as plain factors (the sparse part, a column of ones
+        and μ as one more inner row; :func:`dqkm.kernels.split_offset` gives
+        back the parts), at ``K + D + Q − 2`` more non-zeros.  It lowers the
+        objective most where the centroids share a large common part
+        (upsampled digits, K = 256: 1.05 × K-means's objective after 40
+        iterations against 1.21 without; docs/benchmarks/qk_objective.md).
+        Centroids that are sparse themselves (a few large entries on a zero
+        background, one-hot-like) fit better without it: their mean row is
+        not sparse, and neither is what remains once it is subtracted.
+        ``variant='paper'`` ignores it (Algorithm 1 has no offset).
+    objective_tol : float, default=1e-3
+        Also stop when a Lloyd iteration changes the objective by at most
+        ``objective_tol`` relatively, ``|f_{t-1} − f_t| <= objective_tol·f_{t-1}``
+        (the QuicK-means paper's stopping rule; its experiments use 1e-6 with
+        10 or 20 iterations at most).  ``tol`` alone rarely stops QK-means at
+        large K: each refit keeps improving the factors a little, so the
+        centers keep moving long after the clustering settled (K = 256:
+        still above ``tol`` after 100 iterations, the objective falling by
+        under 0.1 % per iteration).  The default was chosen by
+        ``benchmarks/bench_qk_objective.py`` (docs/benchmarks/qk_objective.md);
+        0: ``tol`` only.
     max_iter, tol, random_state, persist, split_every, n_init, oversampling_factor,
     init_max_iter, verbose : as :class:`dqkm.KMeans`.
 
@@ -172,8 +218,8 @@ class QKMeans(KMeans):
     palm4MSA, ``palm_iter_init`` iterations at most per run; the 2-factor
     splits and the global runs of levels before the last stop after the
     first iteration that improves their error by at most 0.1 %, the last
-    global run at 0.01 % (with ``hierarchical_refits=0``: 0.3 % and 0.1 %) — about ``Σ_l (iterations of level l)·(l + 1)``
-    factor updates; each factor update costs ``O(Q·s·A·B)`` through the sparse
+    global run at 0.01 % (with ``hierarchical_refits=0``: 0.3 % and 0.1 %) —
+    about ``Σ_l (iterations of level l)·(l + 1)`` factor updates; each factor update costs ``O(Q·s·A·B)`` through the sparse
     factors (A = min(K, D), B = max(K, D)).  Every Lloyd iteration then runs
     warm-started palm4MSA until it improves by at most ``palm_tol``
     (``palm_iter`` at most).  ``hierarchical_refits=k`` adds the three refits
@@ -184,7 +230,8 @@ class QKMeans(KMeans):
     Attributes
     ----------
     factors_ : SparseFactors
-        V = λ·S1···SQ of shape (n_clusters, n_features).
+        V = λ·S1···SQ of shape (n_clusters, n_features) (with ``offset``, the
+        offset written into the factors as ``offset`` says).
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         ``factors_.toarray()``, for compatibility.
     labels_, inertia_, n_iter_, n_features_in_ : as :class:`dqkm.KMeans`
@@ -224,13 +271,16 @@ class QKMeans(KMeans):
         "palm_tol": [Interval(Real, 0, None, closed="left")],
         "hierarchical_refits": [Interval(Integral, 0, None, closed="left")],
         "variant": [Options(str, _VARIANTS)],
+        "offset": ["boolean"],
+        "objective_tol": [Interval(Real, 0, None, closed="left")],
     }
 
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
                  init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
-                 palm_tol=1e-6, hierarchical_refits=1, variant="dqkm", max_iter=300, tol=1e-4,
-                 random_state=None, persist="auto", split_every=None,
-                 n_init="auto", oversampling_factor=2.0, init_max_iter=None, verbose=0):
+                 palm_tol=1e-6, hierarchical_refits=1, variant="dqkm", offset=True,
+                 objective_tol=1e-3, max_iter=300, tol=1e-4, random_state=None, persist="auto",
+                 split_every=None, n_init="auto", oversampling_factor=2.0, init_max_iter=None,
+                 verbose=0):
         super().__init__(n_clusters, init=init, n_init=n_init, max_iter=max_iter, tol=tol,
                          random_state=random_state, persist=persist, split_every=split_every,
                          oversampling_factor=oversampling_factor, init_max_iter=init_max_iter,
@@ -243,6 +293,8 @@ class QKMeans(KMeans):
         self.palm_tol = palm_tol
         self.hierarchical_refits = hierarchical_refits
         self.variant = variant
+        self.offset = offset
+        self.objective_tol = objective_tol
 
     def _check_qk_params(self, n_features):
         """The data-dependent check (``sparsity <= min(K, D)``); the number of factors."""
@@ -254,15 +306,24 @@ class QKMeans(KMeans):
             n_factors = max(2, math.ceil(math.log2(max(K, n_features))))
         return n_factors
 
+    def _fits_offset(self):
+        """Whether the centroids are fitted with a dense offset row (``offset``,
+        which ``variant='paper'`` ignores)."""
+        return bool(self.offset) and self.variant != "paper"
+
     def _factorize(self, centers, constraints):
-        A = np.asarray(centers, dtype=np.float64)
         paper = self.variant == "paper"
-        if self.init_factorization == "hierarchical":
-            # hierarchical refits ask for quality over time: the tighter budget throughout
-            budget = "full" if self.hierarchical_refits > 0 else "fit"
-            return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper,
-                                 budget=budget).factors
-        return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
+
+        def factorize(A):
+            if self.init_factorization == "hierarchical":
+                # hierarchical refits ask for quality over time: the tighter budget throughout
+                budget = "full" if self.hierarchical_refits > 0 else "fit"
+                return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper,
+                                     budget=budget).factors
+            return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
+
+        A = np.asarray(centers, dtype=np.float64)
+        return _factorize_with_offset(factorize, A) if self._fits_offset() else factorize(A)
 
     def _check_extra_params(self, n_features):
         self._check_qk_params(n_features)

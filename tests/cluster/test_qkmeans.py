@@ -27,7 +27,8 @@ def _monotone(history):
 @pytest.mark.parametrize("sparsity", [3, 5])
 def test_objective_non_increasing_digits(digits, sparsity):
     X, init = digits
-    qk = dqkm.QKMeans(10, sparsity=sparsity, init=init, max_iter=25, tol=0).fit(X)
+    qk = dqkm.QKMeans(10, sparsity=sparsity, init=init, max_iter=25, tol=0,
+                      objective_tol=0).fit(X)
     assert len(qk.history_) == qk.n_iter_ == 25
     assert _monotone(qk.history_)
     for rec in qk.history_:
@@ -85,7 +86,7 @@ def test_hierarchical_refits_reach_the_issue_target():
         km = dqkm.KMeans(16, init=init, max_iter=10, tol=0).fit(X)
         for refits in (0, 10):
             qk = dqkm.QKMeans(16, sparsity=3, init=init, max_iter=10, tol=0, palm_iter=50,
-                              hierarchical_refits=refits).fit(X)
+                              hierarchical_refits=refits, objective_tol=0).fit(X)
             assert _monotone(qk.history_)
             ratios[refits].append(qk.inertia_ / km.inertia_)
     assert np.mean(ratios[10]) <= 1.10
