@@ -190,7 +190,7 @@ class QKMeans(KMeans):
         background, one-hot-like) fit better without it: their mean row is
         not sparse, and neither is what remains once it is subtracted.
         ``variant='paper'`` ignores it (Algorithm 1 has no offset).
-    objective_tol : float, default=1e-3
+    objective_tol : float, default=0.001
         Also stop when a Lloyd iteration changes the objective by at most
         ``objective_tol`` relatively, ``|f_{t-1} − f_t| <= objective_tol·f_{t-1}``
         (the QuicK-means paper's stopping rule; its experiments use 1e-6 with

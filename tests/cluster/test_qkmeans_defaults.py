@@ -89,7 +89,7 @@ def _docstring_defaults(cls):
 
 
 @pytest.mark.parametrize("name", ["palm_iter", "palm_iter_init", "palm_tol",
-                                  "hierarchical_refits", "sparsity"])
+                                  "hierarchical_refits", "sparsity", "offset", "objective_tol"])
 def test_defaults_are_the_documented_ones(name):
     """The class docstring and docs/algorithms/qkmeans.md state each default."""
     value = dqkm.QKMeans().get_params()[name]
