@@ -132,7 +132,12 @@ def _with_offset(solve):
 
     def refit(A, constraints, *, n_iter, init, fixed_left):
         A, w = _empty_rule(A, init, fixed_left)
-        inner, mu = split_offset(init)
+        try:
+            inner, mu = split_offset(init)
+        except ValueError:
+            # factors without the layout (a model fitted with offset=False, or saved
+            # before it, refitted by partial_fit): the same V with the offset 0
+            inner, mu = init, np.zeros(init.shape[1])
         res = solve(A - w[:, None] * mu, constraints, n_iter=n_iter, init=inner, fixed_left=w)
         W = res.factors.toarray().astype(np.float64)
         mu = _offset_of(A, w, W)

@@ -79,6 +79,8 @@ class MiniBatchQKMeans(MiniBatchKMeans):
     offset : bool, default=True
         As :class:`dqkm.QKMeans`: ``V = 1·μᵀ + λ·S1···SQ`` with a dense row μ
         refitted with the factors (by least squares after each palm4MSA refit).
+        ``partial_fit`` on a model fitted with ``offset=False`` goes on from its
+        factors with μ = 0 (the same centroids).
 
     Attributes
     ----------

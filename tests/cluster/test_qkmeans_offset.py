@@ -93,6 +93,27 @@ def test_minibatch_qkmeans_fits_the_offset_too(far_blobs):
     assert got[True] < 0.5 * got[False], got
 
 
+def test_partial_fit_adds_the_offset_to_factors_fitted_without_it(far_blobs):
+    """A model fitted without the offset (or saved before it existed) refitted with it:
+    its factors are read as the same V with the offset 0 (no error, the same operator),
+    and the refits go on from there.  (The common row stays in the sparse part: the
+    least-squares offset of factors that already hold it is near 0.)"""
+    X = far_blobs
+    mb = dqkm.MiniBatchQKMeans(12, sparsity=3, batch_size=300, max_iter=2, palm_iter=5,
+                               palm_iter_init=30, random_state=0, offset=False).fit(X)
+    before = mb.inertia_
+    with pytest.raises(ValueError, match="dense offset row"):
+        split_offset(mb.factors_)
+    mb.set_params(offset=True)
+    for _ in range(3):
+        mb.partial_fit(X)
+    inner, mu = split_offset(mb.factors_)
+    np.testing.assert_allclose(inner.toarray() + mu, mb.factors_.toarray(), atol=1e-6)
+    V = mb.factors_.toarray()
+    np.testing.assert_array_equal(mb.predict(X), ((X[:, None] - V[None]) ** 2).sum(-1).argmin(1))
+    assert -mb.score(X) <= 1.01 * before
+
+
 # --------------------------------------------------------------- objective_tol
 def _stop(history, rtol):
     for t in range(1, len(history)):
