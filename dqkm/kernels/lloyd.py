@@ -63,7 +63,7 @@ _TILE = 256
 _DIRECT_MAX_D = 32
 _GEMM_MIN_D = 20
 _GEMM_MIN_D_MANY = 12
-_MANY_CENTERS = 128
+_MANY_CENTERS = 64
 _NO_LOW = np.empty(0)  # no lower bounds wanted (the numba kernels' empty argument)
 _PROBE_ROWS = 64
 
