@@ -219,8 +219,9 @@ class QKMeans(KMeans):
     splits and the global runs of levels before the last stop after the
     first iteration that improves their error by at most 0.1 %, the last
     global run at 0.01 % (with ``hierarchical_refits=0``: 0.3 % and 0.1 %) —
-    about ``Σ_l (iterations of level l)·(l + 1)`` factor updates; each factor update costs ``O(Q·s·A·B)`` through the sparse
-    factors (A = min(K, D), B = max(K, D)).  Every Lloyd iteration then runs
+    about ``Σ_l (iterations of level l)·(l + 1)`` factor updates; each factor
+    update costs ``O(Q·s·A·B)`` through the sparse factors (A = min(K, D),
+    B = max(K, D)).  Every Lloyd iteration then runs
     warm-started palm4MSA until it improves by at most ``palm_tol``
     (``palm_iter`` at most).  ``hierarchical_refits=k`` adds the three refits
     in iterations 1 … k, each about twice an initial factorisation with the
