@@ -157,24 +157,32 @@ def _factorize_with_offset(factorize, C):
     return add_offset(W, mu)
 
 
-def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm",
-                tol=1e-6):
-    """The refit of Lloyd iteration ``iteration`` (from 1):
-    :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``,
-    warm-started palm4MSA after (``variant="paper"``: plain warm-started
-    palm4MSA in every iteration).  Empty clusters follow :func:`_empty_rule`."""
+def _refit(hierarchical, n_iter_unweighted=None, variant="dqkm", tol=1e-6):
+    """One refit of the factors: :func:`_warm_or_hierarchical` when ``hierarchical``,
+    else warm-started palm4MSA stopped on ``tol`` (``variant="paper"``: plain
+    warm-started palm4MSA).  Empty clusters follow :func:`_empty_rule`.  QK-means
+    (:func:`_solver_for`) and MiniBatchQKMeans choose ``hierarchical`` each their way."""
 
     def solve(A, constraints, *, n_iter, init, fixed_left):
         A, fixed_left = _empty_rule(A, init, fixed_left)
         if variant == "paper":
             return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left,
                          paper=True)
-        if iteration <= hierarchical_refits:
+        if hierarchical:
             return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
                                          fixed_left=fixed_left,
                                          n_iter_unweighted=n_iter_unweighted)
         return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=fixed_left, tol=tol)
     return solve
+
+
+def _solver_for(iteration, hierarchical_refits, n_iter_unweighted=None, variant="dqkm",
+                tol=1e-6):
+    """The refit of Lloyd iteration ``iteration`` (from 1):
+    :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``,
+    warm-started palm4MSA after (``variant="paper"``: plain warm-started
+    palm4MSA in every iteration); see :func:`_refit`."""
+    return _refit(iteration <= hierarchical_refits, n_iter_unweighted, variant, tol)
 
 
 def _refit_solver(hierarchical_refits, start_iter, n_iter_unweighted=None, variant="dqkm",

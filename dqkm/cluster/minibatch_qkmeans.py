@@ -15,7 +15,8 @@ from ..parallel.stream import iter_blocks
 from .._validation import Interval, check_value
 from .minibatch import MiniBatchKMeans, _MiniBatchAlgorithm, _State
 from .._docstrings import fill_doc
-from .qkmeans import QKMeans, _empty_rule, _palm, _warm_or_hierarchical, _with_offset
+from ._qk_solvers import _refit, _with_offset
+from .qkmeans import QKMeans
 
 __all__ = ["MiniBatchQKMeans"]
 
@@ -189,14 +190,7 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         constraints = self._constraints(state.centers.shape[1])
         r = state.refits + 1
         hierarchical = r & (r - 1) == 0 and r.bit_length() <= self.hierarchical_refits
-
-        def solve(A, constraints, *, n_iter, init, fixed_left):
-            A, w = _empty_rule(A, init, fixed_left)
-            if hierarchical:
-                return _warm_or_hierarchical(A, constraints, n_iter=n_iter, init=init,
-                                             fixed_left=w, n_iter_unweighted=self.palm_iter_init)
-            return _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=w)
-
+        solve = _refit(hierarchical, n_iter_unweighted=self.palm_iter_init)
         if self._proxy()._fits_offset():
             solve = _with_offset(solve)
         res = solve(w[:, None] * state.centers, constraints, n_iter=self.palm_iter,
