@@ -32,13 +32,13 @@ _VARIANTS = {"dqkm", "paper"}
 
 from ._qk_solvers import (_FIT_BUDGET, _FULL_BUDGET, _LAST_TOL, _SPLIT_TOL,  # noqa: F401
                           _empty_rule, _factorize_with_offset, _hierarchical, _palm,
-                          _refit_solver, _solver_for, _warm_or_hierarchical, _with_offset)
+                          _hierarchical_refit, _refit_solver, _solver_for, _with_offset)
 
 
 class _QKMeansAlgorithm(LloydAlgorithm):
     """QK-means iterations for the fit driver: the state is the sparse factors;
     one step is one pass over X then the refit of the factors, by
-    :func:`_warm_or_hierarchical` in iterations ``1 … hierarchical_refits``
+    :func:`_hierarchical_refit` in iterations ``1 … hierarchical_refits``
     and warm-started palm4MSA after."""
 
     supports_sample_weight = True

@@ -109,8 +109,8 @@ def test_hierarchical_refits_only_in_the_first_iterations(digits, monkeypatch):
         calls.clear()
         dqkm.QKMeans(10, sparsity=3, init=init, max_iter=5, tol=0, palm_iter=5, palm_iter_init=5,
                      hierarchical_refits=refits).fit(X)
-        # the init factorisation, then two per refit (weighted and plain targets)
-        assert len(calls) == 1 + 2 * refits
+        # the init factorisation, then one per refit (on the cluster means)
+        assert len(calls) == 1 + refits
     # a fit resumed after iteration 2 with hierarchical_refits=3 refits
     # hierarchically in iteration 3 only
     from dqkm.cluster.qkmeans import _refit_solver
@@ -122,41 +122,78 @@ def test_hierarchical_refits_only_in_the_first_iterations(digits, monkeypatch):
     calls.clear()
     for _ in range(3):
         solve(init, cons, n_iter=5, init=start, fixed_left=np.ones(10))
-    assert len(calls) == 2
+    assert len(calls) == 1
 
 
-def test_warm_or_hierarchical_keeps_the_better_refit(digits):
-    """Each iteration's palm4MSA error is the lower of the warm-started run and
-    the hierarchical run from scratch on the same target."""
-    from dqkm.cluster.qkmeans import _warm_or_hierarchical
-    from dqkm.kernels import (default_constraints, default_residual_constraints,
-                              hierarchical_palm4msa, palm4msa)
+def _refit_target(X, start, k):
+    """Iteration 1's target from ``start``: ``√n``, ``A = D_√n·U`` and the means ``U``
+    as the refit reads them back from ``A`` (``A / √n``, to the bit)."""
+    labels = ((X[:, None, :] - start.toarray()[None]) ** 2).sum(-1).argmin(1)
+    counts = np.bincount(labels, minlength=k).astype(float)
+    V0 = start.toarray()
+    U = np.array([X[labels == j].mean(0) if counts[j] else V0[j] for j in range(k)])
+    w = np.sqrt(counts)
+    A = w[:, None] * U
+    nz = w > 0
+    U[nz] = A[nz] / w[nz, None]
+    return U, w, A
+
+
+def _qk_runs(A, U, cons, w, *, n_iter, n_iter_unweighted, start=None):
+    """The palm4MSA runs of the hierarchical refit, with QK-means's settings (adaptive
+    step, geometric residual rule): the polished plain run, and the warm one from ``start``."""
+    from dqkm.kernels import default_residual_constraints, hierarchical_palm4msa, palm4msa
+
+    res = default_residual_constraints(cons, rule="geometric")
+    plain = hierarchical_palm4msa(U, cons, n_iter=n_iter_unweighted, adaptive_step=True,
+                                  residual_constraints=res, split_tol=1e-3, tol=1e-4)
+    polished = palm4msa(A, cons, n_iter=n_iter, init=plain.factors, fixed_left=w,
+                        adaptive_step=True)
+    warm = None if start is None else palm4msa(A, cons, n_iter=n_iter, init=start, fixed_left=w,
+                                               adaptive_step=True)
+    return plain, polished, warm
+
+
+def test_hierarchical_refit_is_the_polished_plain_factorisation(digits):
+    """Iteration 1 from the initial factorisation: hierarchical palm4MSA on the means U,
+    polished on D_√n·U, below the start's error, so no warm-started run."""
+    from dqkm.cluster.qkmeans import _hierarchical_refit
+    from dqkm.kernels import default_constraints, hierarchical_palm4msa
 
     X, init = digits
     cons = default_constraints(10, 64, sparsity=3)
     start = hierarchical_palm4msa(init, cons, n_iter=30).factors
-    labels = ((X[:, None, :] - start.toarray()[None]) ** 2).sum(-1).argmin(1)
-    counts = np.bincount(labels, minlength=10).astype(float)
-    V0 = start.toarray()
-    U = np.array([X[labels == k].mean(0) if counts[k] else V0[k] for k in range(10)])
-    w = np.sqrt(counts)
-    A = w[:, None] * U
-    got = _warm_or_hierarchical(A, cons, n_iter=30, init=start, fixed_left=w,
-                                n_iter_unweighted=40)
-    # QK-means's palm4MSA settings: adaptive step, geometric residual rule
-    res = default_residual_constraints(cons, rule="geometric")
-    warm = palm4msa(A, cons, n_iter=30, init=start, fixed_left=w, adaptive_step=True)
-    fresh = hierarchical_palm4msa(A, cons, n_iter=30, fixed_left=w, adaptive_step=True,
-                                  residual_constraints=res)
-    plain = hierarchical_palm4msa(U, cons, n_iter=40, adaptive_step=True, residual_constraints=res)
-    polished = palm4msa(A, cons, n_iter=30, init=plain.factors, fixed_left=w, adaptive_step=True)
-    errors = [warm.errors[-1], fresh.errors[-1], polished.errors[-1]]
-    assert got.errors[-1] == min(errors)
-    assert got.errors[-1] <= warm.errors[0]
-    # the polished candidate starts from the plain factors' weighted error
+    U, w, A = _refit_target(X, start, 10)
+    got = _hierarchical_refit(A, cons, n_iter=30, init=start, fixed_left=w, n_iter_unweighted=40)
+    plain, polished, _ = _qk_runs(A, U, cons, w, n_iter=30, n_iter_unweighted=40)
+    start_error = np.linalg.norm(A - w[:, None] * start.toarray())
+    assert polished.errors[-1] <= start_error  # the case this test is about
+    np.testing.assert_array_equal(got.errors, polished.errors)
+    assert got.factors.allclose(polished.factors, rtol=0, atol=0)
+    # the polished run starts from the plain factors' weighted error
     np.testing.assert_allclose(polished.errors[0],
                                np.linalg.norm(A - w[:, None] * plain.factors.toarray()),
                                rtol=1e-9)
+
+
+def test_hierarchical_refit_falls_back_to_the_warm_start(digits):
+    """When the factorisation from scratch ends above the previous factors' error (a
+    start already fitted to this very target), the warm-started run is kept: the refit
+    never raises the error, so the QK-means objective stays non-increasing."""
+    from dqkm.cluster.qkmeans import _hierarchical_refit
+    from dqkm.kernels import default_constraints, hierarchical_palm4msa, palm4msa
+
+    X, init = digits
+    cons = default_constraints(10, 64, sparsity=3)
+    first = hierarchical_palm4msa(init, cons, n_iter=30).factors
+    U, w, A = _refit_target(X, first, 10)
+    start = palm4msa(A, cons, n_iter=300, init=first, fixed_left=w, adaptive_step=True).factors
+    start_error = np.linalg.norm(A - w[:, None] * start.toarray())
+    got = _hierarchical_refit(A, cons, n_iter=5, init=start, fixed_left=w, n_iter_unweighted=2)
+    _, polished, warm = _qk_runs(A, U, cons, w, n_iter=5, n_iter_unweighted=2, start=start)
+    assert polished.errors[-1] > start_error  # the case this test is about
+    np.testing.assert_array_equal(got.errors, warm.errors)
+    assert got.errors[-1] <= start_error * (1 + 1e-12)
 
 
 def test_predict_is_argmin_over_dense_factors(digits):
@@ -220,8 +257,8 @@ def test_save_load_and_checkpoint_resume(tmp_path, digits, refits, monkeypatch):
     monkeypatch.setattr(kernels, "hierarchical_palm4msa",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     resumed = dqkm.QKMeans(10, **kw).fit(X, checkpoint=tmp_path / "ck", resume=True)
-    # no init; two hierarchical runs in each of iterations 5 … refits
-    assert len(calls) == 2 * max(refits - 4, 0)
+    # no init; one hierarchical run in each of iterations 5 … refits
+    assert len(calls) == max(refits - 4, 0)
     np.testing.assert_array_equal(resumed.labels_, full.labels_)
     np.testing.assert_array_equal(resumed.cluster_centers_, full.cluster_centers_)
 
