@@ -75,39 +75,33 @@ def _empty_rule(A, init, fixed_left):
 
 
 def _hierarchical_refit(A, constraints, *, n_iter, init, fixed_left, n_iter_unweighted=None):
-    """The hierarchical refit of ``A = D_√n·U``: hierarchical palm4MSA from scratch on
-    the cluster means ``U`` themselves (``n_iter_unweighted`` iterations per level —
-    what "K-means + palm4MSA" does to K-means's centroids), polished by palm4MSA on
-    ``A`` warm-started from it.  When that ends above the error of the previous
-    factors ``init`` (‖A − D_√n·V_init‖), palm4MSA warm-started from ``init`` runs
-    too (Algorithm 1's refit) and the lower of the two is kept.
+    """The better of two refits of ``A = D_√n·U`` (lower ‖A − D_√n·V‖; the
+    warm-started one on a tie):
+
+    1. palm4MSA warm-started from the previous factors ``init`` (Algorithm 1);
+    2. hierarchical palm4MSA from scratch on the cluster means ``U`` themselves
+       (``n_iter_unweighted`` iterations per level — what "K-means + palm4MSA"
+       does to K-means's centroids), polished by palm4MSA on ``A``
+       warm-started from it.
 
     The warm-started run never ends above its starting error (palm4MSA's
-    safeguard), so the result is never above ``init``'s error and the QK-means
-    objective stays non-increasing (journal, Proposition 1).  Rows of ``U``
-    with weight 0 (empty clusters) are the rows of ``init`` (they do not count
-    in the weighted error).
+    safeguard), so the QK-means objective stays non-increasing (journal,
+    Proposition 1).  Rows of ``U`` with weight 0 (empty clusters) are the rows
+    of ``init`` (they do not count in the weighted error).
 
-    Until this rule the refit was the best of three: also hierarchical
-    palm4MSA from scratch on ``A`` and, always, the warm-started run.  Measured
-    on digits (K = 10, 16, 32; 5 seeds) and 20,000 upsampled digits (K = 256):
-    in the first Lloyd iteration the warm-started run never gave the lowest
-    error, and dropping both it and the weighted hierarchical run left the
-    final objectives within noise (K = 256: 1.0603 both) at 10–30 % less
-    fitting time (docs/algorithms/qkmeans.md).
+    A third candidate, hierarchical palm4MSA from scratch on ``A`` itself, was
+    dropped: it cost about half of the second for no better final objective
+    (docs/algorithms/qkmeans.md).
     """
     w = np.asarray(fixed_left, dtype=np.float64)
-    V0 = init.toarray().astype(np.float64)
-    U = V0.copy()
+    warm = _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=w)
+    U = init.toarray().astype(np.float64)
     nz = w > 0
     U[nz] = A[nz] / w[nz, None]
     plain = _hierarchical(U, constraints, n_iter=n_iter if n_iter_unweighted is None
                           else n_iter_unweighted, budget="full")
     polished = _palm(A, constraints, n_iter=n_iter, init=plain.factors, fixed_left=w)
-    if polished.errors[-1] <= np.linalg.norm(A - w[:, None] * V0):
-        return polished
-    warm = _palm(A, constraints, n_iter=n_iter, init=init, fixed_left=w)
-    return warm if warm.errors[-1] < polished.errors[-1] else polished
+    return polished if polished.errors[-1] < warm.errors[-1] else warm
 
 
 @dataclass(frozen=True)

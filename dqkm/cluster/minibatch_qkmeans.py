@@ -67,16 +67,16 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         refits.
     hierarchical_refits : int, default=8
         Refits number 1, 2, 4, …, 2^(hierarchical_refits − 1) are QK-means's
-        best-of-three refit (:class:`dqkm.QKMeans`'s ``hierarchical_refits``:
-        warm-started palm4MSA, hierarchical palm4MSA from scratch on
-        ``D_√n·U``, and on ``U`` polished on ``D_√n·U``; the lowest error is
-        kept); the others are warm-started palm4MSA only.  The early refits
+        hierarchical refit (:class:`dqkm.QKMeans`'s ``hierarchical_refits``:
+        warm-started palm4MSA, and hierarchical palm4MSA from scratch on ``U``
+        polished on ``D_√n·U``; the lower error is kept); the others are
+        warm-started palm4MSA only.  The early refits
         matter: the means move far from the initial centroids the first
         factorisation fitted, and warm-started palm4MSA alone stays near that
         first sparse structure (on digits, K = 10, sparsity 3, 8 epochs of one
         ``partial_fit`` call per chunk of 100 rows, a refit after each, end
         3.3 % above ``QKMeans.fit`` with 0, and 0.7 % below it with 8).  Each
-        such refit costs about twice the initial factorisation; 0 disables them.
+        such refit costs about one initial factorisation; 0 disables them.
     offset : bool, default=True
         As :class:`dqkm.QKMeans`: ``V = 1·μᵀ + λ·S1···SQ`` with a dense row μ
         refitted with the factors (by least squares after each palm4MSA refit).

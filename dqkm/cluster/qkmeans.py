@@ -143,23 +143,21 @@ class QKMeans(KMeans):
         1e-6).  0: every refit runs ``palm_iter`` iterations.
     hierarchical_refits : int, default=1
         In Lloyd iterations ``1 … hierarchical_refits``, the factors are
-        refitted to ``D_√n·U`` three ways — palm4MSA warm-started from the
-        previous factors (Algorithm 1); hierarchical palm4MSA from scratch on
-        ``D_√n·U`` (``palm_iter`` iterations per level); hierarchical
-        palm4MSA on the cluster means ``U`` (``palm_iter_init`` per level,
-        as "K-means + palm4MSA" does to K-means's centroids) polished by
-        ``palm_iter`` warm-started iterations on ``D_√n·U`` — and the best fit
-        is kept, so the objective stays non-increasing; later iterations use
-        the warm start only.  0: warm-started palm4MSA only — but with dqkm's
-        safeguarded adaptive step, not Algorithm 1 as published (that is
-        ``variant="paper"``).  Its two hierarchical runs cost several
-        initial factorisations (docs/algorithms/qkmeans.md);
-        the first iteration gains most (its target moved far from the
-        k-means++ centroids the init factorised).  ``hierarchical_refits >= max_iter``
-        refits in every iteration: on digits (K = 10, s = 5) QK-means then
-        ends below K-means + palm4MSA on average (the journal's Table 3; on 5
-        of 5 seeds of the reproduction's 80 % splits, on 3 of 5 on the whole
-        data set and within 0.16 % on the other 2); see docs/BENCHMARKS.md.
+        refitted to ``D_√n·U`` two ways — palm4MSA warm-started from the
+        previous factors (Algorithm 1), and hierarchical palm4MSA from
+        scratch on the cluster means ``U`` (``palm_iter_init`` iterations per
+        level, as "K-means + palm4MSA" does to K-means's centroids) polished
+        by ``palm_iter`` warm-started iterations on ``D_√n·U`` — and the
+        better fit is kept, so the objective stays non-increasing.  Later
+        iterations use the warm start only.  0:
+        warm-started palm4MSA only — but with dqkm's safeguarded adaptive
+        step, not Algorithm 1 as published (that is ``variant="paper"``).
+        Each hierarchical refit costs about one initial factorisation
+        (docs/algorithms/qkmeans.md); the first iteration gains most (its
+        target moved far from the k-means++ centroids the init factorised).
+        ``hierarchical_refits >= max_iter`` refits in every iteration: on
+        digits (K = 10, s = 5) QK-means then ends below K-means + palm4MSA
+        (the journal's Table 3) on each of 5 seeds.
     variant : {'dqkm', 'paper'}, default='dqkm'
         ``'paper'``: Algorithm 1 of the QuicK-means paper exactly — the initial
         centroids factorised by hierarchical palm4MSA with the product residual
@@ -185,7 +183,7 @@ class QKMeans(KMeans):
         back the parts), at ``K + D + Q − 2`` more non-zeros.  It lowers the
         objective most where the centroids share a large common part
         (upsampled digits, K = 256: 1.05 × K-means's objective after 40
-        iterations against 1.21 without; docs/benchmarks/qk_objective.md).
+        iterations against 1.24 without; docs/benchmarks/qk_objective.md).
         Centroids that are sparse themselves (a few large entries on a zero
         background, one-hot-like) fit better without it: their mean row is
         not sparse, and neither is what remains once it is subtracted.
@@ -223,8 +221,8 @@ class QKMeans(KMeans):
     update costs ``O(Q·s·A·B)`` through the sparse factors (A = min(K, D),
     B = max(K, D)).  Every Lloyd iteration then runs
     warm-started palm4MSA until it improves by at most ``palm_tol``
-    (``palm_iter`` at most).  ``hierarchical_refits=k`` adds the three refits
-    in iterations 1 … k, each about twice an initial factorisation with the
+    (``palm_iter`` at most).  ``hierarchical_refits=k`` adds a hierarchical
+    refit in iterations 1 … k, each about one initial factorisation with the
     tighter budget of :func:`factorize_centroids`, which the initial
     factorisation then uses too.
 

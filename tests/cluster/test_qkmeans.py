@@ -139,9 +139,10 @@ def _refit_target(X, start, k):
     return U, w, A
 
 
-def _qk_runs(A, U, cons, w, *, n_iter, n_iter_unweighted, start=None):
+def _qk_runs(A, U, cons, w, *, n_iter, n_iter_unweighted, start):
     """The palm4MSA runs of the hierarchical refit, with QK-means's settings (adaptive
-    step, geometric residual rule): the polished plain run, and the warm one from ``start``."""
+    step, geometric residual rule): the plain run on U, it polished on A, and the run
+    warm-started from ``start``."""
     from dqkm.kernels import default_residual_constraints, hierarchical_palm4msa, palm4msa
 
     res = default_residual_constraints(cons, rule="geometric")
@@ -149,14 +150,13 @@ def _qk_runs(A, U, cons, w, *, n_iter, n_iter_unweighted, start=None):
                                   residual_constraints=res, split_tol=1e-3, tol=1e-4)
     polished = palm4msa(A, cons, n_iter=n_iter, init=plain.factors, fixed_left=w,
                         adaptive_step=True)
-    warm = None if start is None else palm4msa(A, cons, n_iter=n_iter, init=start, fixed_left=w,
-                                               adaptive_step=True)
+    warm = palm4msa(A, cons, n_iter=n_iter, init=start, fixed_left=w, adaptive_step=True)
     return plain, polished, warm
 
 
-def test_hierarchical_refit_is_the_polished_plain_factorisation(digits):
+def test_hierarchical_refit_keeps_the_factorisation_of_the_means(digits):
     """Iteration 1 from the initial factorisation: hierarchical palm4MSA on the means U,
-    polished on D_√n·U, below the start's error, so no warm-started run."""
+    polished on D_√n·U, ends below the warm-started run, and is kept."""
     from dqkm.cluster.qkmeans import _hierarchical_refit
     from dqkm.kernels import default_constraints, hierarchical_palm4msa
 
@@ -165,9 +165,8 @@ def test_hierarchical_refit_is_the_polished_plain_factorisation(digits):
     start = hierarchical_palm4msa(init, cons, n_iter=30).factors
     U, w, A = _refit_target(X, start, 10)
     got = _hierarchical_refit(A, cons, n_iter=30, init=start, fixed_left=w, n_iter_unweighted=40)
-    plain, polished, _ = _qk_runs(A, U, cons, w, n_iter=30, n_iter_unweighted=40)
-    start_error = np.linalg.norm(A - w[:, None] * start.toarray())
-    assert polished.errors[-1] <= start_error  # the case this test is about
+    plain, polished, warm = _qk_runs(A, U, cons, w, n_iter=30, n_iter_unweighted=40, start=start)
+    assert polished.errors[-1] < warm.errors[-1]  # the case this test is about
     np.testing.assert_array_equal(got.errors, polished.errors)
     assert got.factors.allclose(polished.factors, rtol=0, atol=0)
     # the polished run starts from the plain factors' weighted error
@@ -176,10 +175,11 @@ def test_hierarchical_refit_is_the_polished_plain_factorisation(digits):
                                rtol=1e-9)
 
 
-def test_hierarchical_refit_falls_back_to_the_warm_start(digits):
-    """When the factorisation from scratch ends above the previous factors' error (a
-    start already fitted to this very target), the warm-started run is kept: the refit
-    never raises the error, so the QK-means objective stays non-increasing."""
+def test_hierarchical_refit_keeps_the_warm_start_when_it_is_better(digits):
+    """When the factorisation from scratch ends above the warm-started run (a start
+    already fitted to this very target), the warm-started run is kept: the refit never
+    ends above the previous factors' error, so the QK-means objective stays
+    non-increasing."""
     from dqkm.cluster.qkmeans import _hierarchical_refit
     from dqkm.kernels import default_constraints, hierarchical_palm4msa, palm4msa
 
@@ -191,7 +191,7 @@ def test_hierarchical_refit_falls_back_to_the_warm_start(digits):
     start_error = np.linalg.norm(A - w[:, None] * start.toarray())
     got = _hierarchical_refit(A, cons, n_iter=5, init=start, fixed_left=w, n_iter_unweighted=2)
     _, polished, warm = _qk_runs(A, U, cons, w, n_iter=5, n_iter_unweighted=2, start=start)
-    assert polished.errors[-1] > start_error  # the case this test is about
+    assert polished.errors[-1] > warm.errors[-1]  # the case this test is about
     np.testing.assert_array_equal(got.errors, warm.errors)
     assert got.errors[-1] <= start_error * (1 + 1e-12)
 
