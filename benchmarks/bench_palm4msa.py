@@ -395,7 +395,7 @@ QK-means variants and defaults:
   the geometric residual rule, at most `palm_iter_init=300` iterations per run, the
   runs before the last global one stopping when an iteration improves the error by
   less than 0.1 % (`split_tol=1e-3` of `hierarchical_palm4msa`); `hierarchical_refits=1`
-  runs three refits in iteration 1 (about twice the initial factorisation); later
+  runs a hierarchical refit in iteration 1 (about one initial factorisation); later
   iterations run `palm_iter=50` warm-started, safeguarded iterations.  Every factor
   update costs O(Q·s·A·B) through the sparse factors (A = min(K, D), B = max(K, D)).
 - Empty clusters (both variants, every `hierarchical_refits`): a cluster that receives

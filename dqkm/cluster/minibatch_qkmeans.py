@@ -75,7 +75,8 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         factorisation fitted, and warm-started palm4MSA alone stays near that
         first sparse structure (on digits, K = 10, sparsity 3, 8 epochs of one
         ``partial_fit`` call per chunk of 100 rows, a refit after each, end
-        3.3 % above ``QKMeans.fit`` with 0, and 0.7 % below it with 8).  Each
+        9.2 % above ``QKMeans.fit``'s objective with 0, and 7.0 % above it
+        with 8).  Each
         such refit costs about one initial factorisation; 0 disables them.
     offset : bool, default=True
         As :class:`dqkm.QKMeans`: ``V = 1·μᵀ + λ·S1···SQ`` with a dense row μ
