@@ -38,7 +38,7 @@ from ._checkpoint import Checkpoint, checkpointing, scheduler_lost
 logger = logging.getLogger(__name__)
 
 __all__ = ["IterativeAlgorithm", "Composed", "RunResult", "FitResult", "run_fit",
-           "stored_identity"]
+           "stored_identity", "supports_sample_weight"]
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,16 @@ class Composed(IterativeAlgorithm):
 
     def close(self):
         return self.inner.close()
+
+
+def supports_sample_weight(algorithm) -> bool:
+    """Whether the class that defines ``algorithm``'s ``step`` declares
+    ``supports_sample_weight = True`` in its own body: a subclass that
+    replaces the step must say that its step reads ``sample_weight``."""
+    for cls in type(algorithm).__mro__:
+        if "step" in vars(cls):
+            return bool(vars(cls).get("supports_sample_weight", False))
+    return False
 
 
 def stored_identity(checkpoint):

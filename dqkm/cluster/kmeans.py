@@ -28,23 +28,13 @@ from ..parallel.sampling import kmeans_parallel_init, sample_rows, weighted_samp
 from ..parallel.relocate import relocate_empty_clusters
 from ._base import CenterInference, DqkmClusterer, validate_sample_weight
 from ._checkpoint import identity_from_params
-from ._driver import IterativeAlgorithm, run_fit
+from ._driver import IterativeAlgorithm, run_fit, supports_sample_weight
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["KMeans", "LloydAlgorithm"]
 
 _INIT_OPTIONS = {"k-means++", "k-means||", "random"}
-
-
-def supports_sample_weight(algorithm) -> bool:
-    """Whether the class that defines ``algorithm``'s ``step`` declares
-    ``supports_sample_weight = True`` in its own body: a subclass that
-    replaces the step must say that its step reads ``sample_weight``."""
-    for cls in type(algorithm).__mro__:
-        if "step" in vars(cls):
-            return bool(vars(cls).get("supports_sample_weight", False))
-    return False
 
 
 class LloydAlgorithm(IterativeAlgorithm):
@@ -144,19 +134,23 @@ class LloydAlgorithm(IterativeAlgorithm):
 
     def finalize(self, X, result):
         # With a zero shift the last pass already used the final centers (and, for a fit
-        # that keeps its labels, gave them).
-        last, self._last_labels = self._last_labels, None
-        if self.with_labels and result.shift == 0 and last is not None \
-                and np.array_equal(last[0], result.state):
+        # that keeps its labels, gave them); kept bounds spare the rows they settle.
+        last, self._last_labels = self._last_labels, None  # only kept with_labels
+        if result.shift == 0 and last is not None and np.array_equal(last[0], result.state):
             return result.last_objective, last[1]
-        if self.with_labels:
+        if result.shift == 0 and not self.with_labels:
+            return result.last_objective
+        passes = self._passes
+        if passes is not None and passes.X is X and passes.valid_for is not None:
+            labels, value = passes.labels_and_inertia(result.state)
+        elif self.with_labels:
             labels, value = labels_and_inertia(X, result.state, split_every=self.split_every,
                                                sample_weight=self.sample_weight)
-            return (result.last_objective if result.shift == 0 else value), labels
-        if result.shift == 0:
-            return result.last_objective
-        return inertia(X, result.state, split_every=self.split_every,
-                       sample_weight=self.sample_weight)
+        else:
+            return inertia(X, result.state, split_every=self.split_every,
+                           sample_weight=self.sample_weight)
+        value = result.last_objective if result.shift == 0 else value
+        return (value, labels) if self.with_labels else value
 
 
 class KMeans(CenterInference, DqkmClusterer):

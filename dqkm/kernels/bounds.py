@@ -139,8 +139,8 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo, 
     rows' upper bounds by their exact distance and keeps those still failing.
     A row listed by the first loop has its moved bounds written; a row the
     second keeps is rescanned, which resets them.  When the first loop lists
-    ``full_from`` rows or more, the second is not run (the caller passes over
-    every row): returns (0, rows listed).
+    ``full_from`` rows, it stops there and the second is not run (the caller
+    passes over every row): returns (0, ``full_from``).
     """
     k = centers.shape[0]
     # largest and second-largest move: max_{j≠a} δ_j without a K loop per row
@@ -171,8 +171,8 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo, 
         lower[r] = lo
         todo[m] = r
         m += 0 if (u < bound and a >= 0) else 1
-    if m >= full_from:
-        return 0, m
+        if m >= full_from:  # the caller passes over every row, resetting the bounds
+            return 0, m
     computed = 0
     n_todo = 0
     for i in range(m):
@@ -456,7 +456,7 @@ class HamerlyResult(tuple):
         return super().__new__(cls, items)
 
 
-def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
+def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_sums=True):
     """One Lloyd step on a chunk, with Hamerly's bounds skipping distance computations.
 
     Parameters
@@ -476,6 +476,9 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
     half_sep : ndarray of shape (n_clusters,), float64
         Half the distance of each center to its nearest other, rounded down
         (:func:`center_geometry`).
+    with_sums : bool, default=True
+        False: no sums and counts (empty arrays), and ``min_sq_dist`` bit for bit
+        :func:`~dqkm.kernels.lloyd.assign_labels`'s (a fit's last pass).
 
     Returns
     -------
@@ -497,7 +500,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
         raise ValueError(f"shift and half_sep must have shape (n_clusters,) = ({k},); got "
                          f"{shift.shape} and {half_sep.shape}; compute them with "
                          "center_geometry(centers, previous).")
-    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], with_sums)
     obj = 0.0
     computed = 0
     if n:
@@ -512,7 +515,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
             # certified exact, gives every row's bounds for less
             low = np.empty(n)
             with np.errstate(over="ignore", invalid="ignore"):
-                obj = _run_tiled(X, centers, sums, counts, labels, mind, True, low=low)
+                obj = _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=low)
                 np.multiply(np.sqrt(mind), 1.0 + _EPS, out=upper)
                 np.multiply(np.sqrt(low), 1.0 - _EPS, out=lower)
             computed = n * k
@@ -522,7 +525,7 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep):
                 _rescan_hamerly(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
                 computed += m * k
             with np.errstate(over="ignore", invalid="ignore"):
-                obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+                obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, with_sums, 0.0)
         if _mark_nonfinite(mind):
             obj = np.inf
     return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,
@@ -540,7 +543,7 @@ def _check_state(n, k, labels, upper, lower, lower_shape):
 
 
 def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separations, *,
-                   copy=True):
+                   copy=True, with_sums=True):
     """One Lloyd step on a chunk with Elkan's bounds (one lower bound per row and center).
 
     As :func:`hamerly_partials`, except that ``lower`` has shape
@@ -550,6 +553,7 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     returned (the n × K copy costs as much as the step once most distances are
     skipped); the bounds it holds at any moment stay valid for the new centers,
     so a step re-run on a partly updated ``lower`` gives the same result.
+    ``with_sums`` as in :func:`hamerly_partials`.
 
     Returns
     -------
@@ -572,7 +576,7 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
                          f"and ({k}, {k}); got {shift.shape}, {half_sep.shape} and "
                          f"{cc.shape}; compute them with center_geometry and "
                          "center_separations.")
-    sums, counts, _, mind = _outputs(n, k, X.shape[1], True)
+    sums, counts, _, mind = _outputs(n, k, X.shape[1], with_sums)
     obj = 0.0
     computed = 0
     if n:
@@ -584,7 +588,7 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
             _rescan(X, todo[:m], centers, CT, labels, upper, lower, _EPS)
             computed += m * k
         with np.errstate(over="ignore", invalid="ignore"):
-            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, True, 0.0)
+            obj = _finish_tile(X, 0, n, centers, sums, counts, labels, mind, with_sums, 0.0)
         if _mark_nonfinite(mind):
             obj = np.inf
     return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,

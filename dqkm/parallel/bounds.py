@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import time
 
-import dask
 import numpy as np
 import scipy.sparse as sp
 
@@ -54,9 +53,10 @@ from ..kernels.bounds import (center_geometry, center_separations, elkan_partial
                               hamerly_partials, pack_state)
 from ..kernels.lloyd import certified_pass
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
-                     map_blocks_reduce, map_blocks_with_state)
+                     compute_with_states, map_blocks_reduce, map_blocks_with_state)
 from .finite import describe_bad, first_bad, raise_bad
-from .lloyd import _lloyd_combine, _moments, tolerance_from_moments
+from .lloyd import (_inertia_combine, _labels_array, _lloyd_combine, _moments, check_lloyd_memory,
+                    tolerance_from_moments)
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
            "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS", "AUTO_MIN_CLUSTERS_MID", "AUTO_MIN_FEATURES",
@@ -145,11 +145,10 @@ def _weighted(block, labels, mind, w, k):
     return sums, counts, float(w @ mind)
 
 
-def _bounded_chunk(block, state, geom, weights, spec, index, offset):
-    """One block's bounded step: ``(new_state, partial)``; with a sidecar
-    (``spec['array']``) the state is read from the block's chunk if it holds the
-    stamp ``spec['read']``, the new state is written there with the stamp
-    ``spec['write']`` and ``new_state`` is None."""
+def _bounded_kernel(block, state, geom, spec, index, with_sums=True):
+    """The kernel's result on one block from its state (read from the sidecar chunk
+    stamped ``spec['read']`` when there is one, ``spec['array']``) and whether the
+    block had none (``(result, fresh)``)."""
     kind, centers = spec["kind"], geom["centers"]
     n, k = block.shape[0], centers.shape[0]
     lower_shape = (n,) if kind == "hamerly" else (n, k)
@@ -161,11 +160,21 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
     if fresh:
         state = _fresh(n, k, kind)  # no bounds yet: the kernel scans every center (Lloyd)
     if kind == "hamerly":
-        res = hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"])
-    else:
-        # in place: the state is this pass's own (a re-run on it stays exact, see the kernel)
-        res = elkan_partials(block, centers, *state, geom["shift"], geom["half_sep"],
-                             geom["separations"], copy=False)
+        return hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"],
+                                with_sums=with_sums), fresh
+    # in place: the state is this pass's own (a re-run on it stays exact, see the kernel)
+    return elkan_partials(block, centers, *state, geom["shift"], geom["half_sep"],
+                          geom["separations"], copy=False, with_sums=with_sums), fresh
+
+
+def _bounded_chunk(block, state, geom, weights, spec, index, offset):
+    """One block's bounded step: ``(new_state, partial)``; with a sidecar
+    (``spec['array']``) the state is read from the block's chunk if it holds the
+    stamp ``spec['read']``, the new state is written there with the stamp
+    ``spec['write']`` and ``new_state`` is None."""
+    centers = geom["centers"]
+    n, k = block.shape[0], centers.shape[0]
+    res, fresh = _bounded_kernel(block, state, geom, spec, index)
     sums, counts, obj, labels, mind, upper, lower, skipped = res
     bad = None if np.isfinite(obj) else describe_bad(block, offset, mind, centers)
     if weights is not None and bad is None:
@@ -180,6 +189,17 @@ def _bounded_chunk(block, state, geom, weights, spec, index, offset):
         write_block_state(spec["array"], index, pack_state(*new_state), spec["write"])
         new_state = None
     return new_state, part
+
+
+def _final_chunk(block, state, geom, weights, spec, index, offset):
+    """A fit's last pass on one block: ``(labels, (inertia, None))`` as
+    :func:`~dqkm.parallel.lloyd.labels_and_inertia`'s block gives them (the same
+    labels and distances, summed alike), the rows whose bounds hold not scanned."""
+    res, _ = _bounded_kernel(block, state, geom, spec, index, with_sums=False)
+    labels, mind = res[3], res[4]
+    if not np.isfinite(mind).all():
+        raise_bad(describe_bad(block, offset, mind, geom["centers"]))
+    return labels, (float(mind.sum()) if weights is None else float(np.dot(weights, mind)), None)
 
 
 def _sidecar_chunk(block, geom, weights, spec, index, offset):
@@ -277,10 +297,7 @@ class BoundedPasses:
         t0 = time.perf_counter()
         X = self.X
         centers = np.asarray(centers, dtype=X.dtype)
-        half_sep, shift = center_geometry(centers, self.valid_for)
-        geom = {"centers": np.ascontiguousarray(centers), "shift": shift, "half_sep": half_sep}
-        if self.kind == "elkan":
-            geom["separations"] = center_separations(centers)
+        geom = self._geometry(centers)
         res = self._pass(broadcast(geom, "bounds-geometry"), tol_abs is None, centers.shape[0])
         self.valid_for = centers
         if res["bad"]:
@@ -304,6 +321,14 @@ class BoundedPasses:
                "blocks_without_bounds": res["fresh_blocks"], **info}
         return new, rec, tol_abs
 
+    def _geometry(self, centers):
+        """What a pass's blocks need of ``centers`` and of their move since ``valid_for``."""
+        half_sep, shift = center_geometry(centers, self.valid_for)
+        geom = {"centers": np.ascontiguousarray(centers), "shift": shift, "half_sep": half_sep}
+        if self.kind == "elkan":
+            geom["separations"] = center_separations(centers)
+        return geom
+
     def _pass(self, geom, with_moments, n_clusters):
         if not self.in_memory:
             return self._sidecar_pass(geom, with_moments, n_clusters)
@@ -316,13 +341,32 @@ class BoundedPasses:
         bp = map_blocks_with_state(self.X, _bounded_chunk, _combine, split_every=self.split_every,
                                    args=(PerBlock(prev), geom, PerBlock(self.wblocks), spec),
                                    with_offsets=True, name="bounds", pure=False)
-        if client is None:  # local threads: the blocks' states stay in this process, and
-            ((res, self.blocks),) = compute(bp.together)  # one collection's overhead
-        else:  # on the workers, next to the blocks that computed them
-            persisted = dask.persist(*bp.states, bp.result)
-            self.blocks = list(persisted[:-1])
-            (res,) = compute(persisted[-1])
+        # local threads: the blocks' states stay in this process; on a cluster they stay
+        # on the workers (futures), next to the blocks that computed them; one compute
+        res, self.blocks = compute_with_states(bp)
         return res
+
+    def labels_and_inertia(self, centers):
+        """A fit's last pass: :func:`~dqkm.parallel.lloyd.labels_and_inertia` of
+        ``centers`` (the same labels and value, bit for bit), with the rows whose
+        bounds prove their label not scanned; from a full scan where there are no
+        bounds.  The bounds are used up (forgotten)."""
+        X = self.X
+        centers = np.ascontiguousarray(centers, dtype=X.dtype)
+        check_lloyd_memory("KMeans final pass (labels and inertia)", X, len(centers),
+                           weighted=self.wblocks[0] is not None)
+        geom = self._geometry(centers)
+        prev = [None] * len(self.blocks)  # in files: each block reads its chunk
+        if self.array is None:
+            prev = self.blocks if active_client() is None else [_alive(b) for b in self.blocks]
+        spec = {"kind": self.kind, "array": self.array, "read": self.holds}
+        bp = map_blocks_with_state(X, _final_chunk, _inertia_combine, split_every=self.split_every,
+                                   args=(PerBlock(prev), broadcast(geom, "bounds-geometry"),
+                                         PerBlock(self.wblocks), spec),
+                                   with_offsets=True, name="bounds-final", pure=False)
+        (value, _), blocks = compute_with_states(bp)
+        self.reset()
+        return _labels_array(X, blocks, centers), float(value)
 
     def _sidecar_pass(self, geom, with_moments, n_clusters):
         """A pass whose blocks read their bounds from the sidecar chunks stamped

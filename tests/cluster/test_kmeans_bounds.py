@@ -132,6 +132,63 @@ def test_lost_block_state_mid_fit_is_recomputed_exactly(monkeypatch, tmp_path, b
     assert [p for p in tmp_path.iterdir()] == []
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("in_memory", [True, False])
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_last_pass_spares_the_rows_its_bounds_settle(monkeypatch, tmp_path, blobs, algorithm,
+                                                     in_memory, weighted):
+    """The labels and inertia of the final centers come from one more bounded pass (no
+    sums) instead of a full Lloyd pass: the same labels and inertia, bit for bit, with
+    most distances skipped; the bounds are then used up."""
+    from dqkm.cluster import kmeans as kmeans_module
+
+    X = da.from_array(blobs, chunks=700)
+    w = np.random.default_rng(0).uniform(0.5, 2.0, len(blobs)) if weighted else None
+    kw = dict(max_iter=8, tol=0.0, persist=True)  # stops on max_iter: the centers moved
+    ref = _fit(X, "lloyd", **kw) if w is None else \
+        dqkm.KMeans(8, random_state=0, **kw).fit(X, sample_weight=w)
+    assert ref.history_[-1]["shift"] > 0
+    name = f"{algorithm}_partials"
+    kernel, last = getattr(pbounds, name), []
+
+    def spy(block, centers, *args, with_sums=True, **kwargs):
+        res = kernel(block, centers, *args, with_sums=with_sums, **kwargs)
+        if not with_sums:
+            last.append((res[7], block.shape[0] * centers.shape[0]))
+        return res
+
+    def lloyd_final(*args, **kwargs):
+        raise AssertionError("a full Lloyd pass for the final labels and inertia")
+
+    monkeypatch.setattr(pbounds, name, spy)
+    monkeypatch.setattr(kmeans_module, "labels_and_inertia", lloyd_final)
+    monkeypatch.setattr(kmeans_module, "inertia", lloyd_final)
+    monkeypatch.setattr(BoundedPasses, "__init__", _forced_init(in_memory, tmp_path))
+    got = dqkm.KMeans(8, algorithm=algorithm, random_state=0, **kw).fit(X, sample_weight=w)
+    _assert_same(got, ref)
+    assert len(last) == X.numblocks[0]  # one bounded pass, every block
+    assert sum(s for s, _ in last) > 0.5 * sum(n for _, n in last)
+    assert list(tmp_path.iterdir()) == []  # bounds in files: removed after the last pass
+
+
+@pytest.mark.parametrize("algorithm", BOUNDED)
+def test_last_pass_for_the_inertia_alone_spares_settled_rows(monkeypatch, blobs, algorithm):
+    """X persisted by the user stays so after the fit and its labels stay lazy: the last
+    bounded pass gives only the inertia (Lloyd's ``inertia`` pass is not run)."""
+    from dqkm.cluster import kmeans as kmeans_module
+
+    X = da.from_array(blobs, chunks=700).persist()
+    ref = _fit(X, "lloyd", max_iter=8, tol=0.0)
+
+    def lloyd_final(*args, **kwargs):
+        raise AssertionError("a full Lloyd pass for the final inertia")
+
+    monkeypatch.setattr(kmeans_module, "inertia", lloyd_final)
+    got = _fit(X, algorithm, max_iter=8, tol=0.0)
+    assert isinstance(got.labels_, da.Array)  # lazy: the fit kept no labels
+    _assert_same(got, ref)
+
+
 def _forced_init(in_memory, directory):
     init = BoundedPasses.__init__
 

@@ -3,7 +3,8 @@
 A sequence of :func:`hamerly_partials` (or :func:`elkan_partials`) steps, each
 chunk carrying its own labels and bounds, must give the labels, float64 sums, counts, per-row
 distances and objective of :func:`lloyd_partials` at every step, bit for bit,
-while skipping distance computations once the centers settle.
+while skipping distance computations once the centers settle; without sums (a fit's
+last pass), the labels and distances of :func:`~dqkm.kernels.lloyd.assign_labels`.
 
 Hamerly's step rescans the rows whose bounds fail one by one, or — from
 ``_FULL_PASS_SHARE`` of a chunk's rows — runs the Lloyd pass over the whole chunk,
@@ -44,11 +45,12 @@ def _share(value):
         B._FULL_PASS_SHARE = before
 
 
-def _step(kind, chunk, C, state, shift, half_sep):
+def _step(kind, chunk, C, state, shift, half_sep, with_sums=True):
     if kind in _SHARES:
         with _share(_SHARES[kind]):
-            return hamerly_partials(chunk, C, *state, shift, half_sep)
-    return elkan_partials(chunk, C, *state, shift, half_sep, center_separations(C))
+            return hamerly_partials(chunk, C, *state, shift, half_sep, with_sums=with_sums)
+    return elkan_partials(chunk, C, *state, shift, half_sep, center_separations(C),
+                          with_sums=with_sums)
 
 
 def _run_both(X, C0, n_steps, n_chunks, kind="hamerly"):
@@ -72,6 +74,11 @@ def _run_both(X, C0, n_steps, n_chunks, kind="hamerly"):
             np.testing.assert_array_equal(counts, ref[1])
             np.testing.assert_array_equal(mind, ref[4])
             assert obj == ref[2]
+            # a fit's last pass (no sums): assign_labels's labels and distances, bit for bit
+            last = _step(kind, chunk, C, state[q], shift, half_sep, with_sums=False)
+            np.testing.assert_array_equal(last[3], labels)
+            np.testing.assert_array_equal(last[4], L.assign_labels(chunk, C)[1])
+            assert last[0].size == 0 and last[1].size == 0 and last[7] == n_sk
             # the bounds hold for the exact distances
             d = np.sqrt(((chunk[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2
                          ).sum(-1))
