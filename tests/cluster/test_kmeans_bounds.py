@@ -263,6 +263,41 @@ def test_killed_worker_mid_fit_with_bounds_in_files(tmp_path, blobs):
     assert list(scratch.iterdir()) == []
 
 
+def test_killed_worker_mid_fit_with_bounds_in_memory(tmp_path, blobs):
+    """X persisted on a cluster keeps the bounds in the workers' memory; a worker killed
+    between passes takes its blocks' bounds (and its share of X) with it: the next
+    pass reads those blocks again and scans them in full, and the fit is Lloyd's."""
+    import time
+
+    from distributed import Client, LocalCluster
+
+    da.from_array(blobs, chunks=700).to_zarr(str(tmp_path / "x.zarr"))
+    X = da.from_zarr(str(tmp_path / "x.zarr"))
+    ref = _fit(X, "lloyd", persist=True)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+            Client(cluster) as client:
+        address, pid = sorted(client.run(os.getpid).items())[0]
+
+        def kill_one_worker(record, state):
+            if record["iteration"] == 3:
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while address in client.scheduler_info()["workers"]:  # until it is seen
+                    assert time.monotonic() < deadline, "the scheduler kept the dead worker"
+                    time.sleep(0.05)
+
+        got = dqkm.KMeans(8, algorithm="hamerly", random_state=0, tol=1e-6, max_iter=60,
+                          persist=True).fit(X, callback=kill_one_worker)
+        labels = np.asarray(dask.compute(got.labels_)[0])
+        assert pid not in client.run(os.getpid).values()
+    assert got.history_[3]["blocks_without_bounds"] > 0  # the dead worker's blocks
+    assert sum(h["blocks_without_bounds"] for h in got.history_[4:]) == 0
+    np.testing.assert_array_equal(got.cluster_centers_, ref.cluster_centers_)
+    np.testing.assert_array_equal(labels, np.asarray(ref.labels_))
+    assert got.inertia_ == ref.inertia_ and got.n_iter_ == ref.n_iter_
+
+
 def test_weighted_bounded_step_weights_sums_counts_and_objective(blobs):
     rng = np.random.default_rng(0)
     w = rng.uniform(0.1, 3.0, len(blobs))
