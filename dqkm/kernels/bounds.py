@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from ._exact import _rescan_direct, _scan, exact_sq_dist
+from .bounds_geometry import _EPS, center_geometry, center_separations
 from .bounds_pack import pack_state
 from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare,
                     _run_tiled, certified_pass)
@@ -49,76 +50,11 @@ from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile,
 __all__ = ["hamerly_partials", "elkan_partials", "center_geometry", "center_separations",
            "HamerlyResult", "pack_state"]
 
-# Relative outward rounding of every bound: float64 distances of up to ~10⁵
-# features are accurate to far better than this, and it costs no pruning.
-_EPS = 1e-9
-
 # From this share of a chunk's rows failing their bounds, Hamerly's step runs the
 # Lloyd pass over the whole chunk (which yields every row's bounds too) instead of
 # rescanning the failing rows one by one: a rescanned row costs about twice a row
 # of the Lloyd pass (benchmarks/bench_kmeans.py's convergence grid measures whole fits).
 _FULL_PASS_SHARE = 0.5
-
-
-def center_geometry(centers, previous=None):
-    """Half the distance of each center to its nearest other center, and each
-    center's move since ``previous`` (float64, rounded outward).
-
-    Parameters
-    ----------
-    centers : ndarray of shape (n_clusters, n_features)
-        The centers of the coming step, in the dtype the step uses them.
-    previous : ndarray of shape (n_clusters, n_features), optional
-        The centers the bounds were last valid for; ``None`` for no move.
-
-    Returns
-    -------
-    half_sep : ndarray of shape (n_clusters,), float64
-        ``½ min_{j'≠j} ‖c_j − c_j'‖`` rounded down (+inf when K = 1).
-    shift : ndarray of shape (n_clusters,), float64
-        ``‖c_j − previous_j‖`` rounded up (zeros when ``previous`` is None).
-    """
-    c = np.ascontiguousarray(centers, dtype=np.float64)
-    k = c.shape[0]
-    d2 = _pair_sq_dists(c)
-    np.fill_diagonal(d2, np.inf)
-    half_sep = 0.5 * np.sqrt(d2.min(axis=1)) * (1.0 - _EPS) if k > 1 else np.full(k, np.inf)
-    if previous is None:
-        shift = np.zeros(k)
-    else:
-        p = np.asarray(previous, dtype=np.float64)
-        if p.shape != c.shape:
-            raise ValueError(f"previous centers of shape {p.shape} do not match centers of "
-                             f"shape {c.shape}; pass the centers of the previous step.")
-        shift = np.sqrt(np.sum((c - p) ** 2, axis=1)) * (1.0 + _EPS)
-    return half_sep, shift
-
-
-def center_separations(centers):
-    """Half the distance between every two centers, rounded down (float64, K × K).
-
-    The diagonal is 0.  Used by :func:`elkan_partials`.
-    """
-    half = np.sqrt(_pair_sq_dists(np.ascontiguousarray(centers, dtype=np.float64)))
-    return 0.5 * half * (1.0 - _EPS)
-
-
-@njit(nogil=True, cache=True)
-def _pair_sq_dists(c):
-    """Squared distances between every two rows of ``c`` (float64, K × K), each
-    summed from the differences in feature order (not ‖a‖² + ‖b‖² − 2a·b, which
-    cancels for nearby centers)."""
-    k = c.shape[0]
-    out = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i + 1, k):
-            acc = 0.0
-            for f in range(c.shape[1]):
-                u = c[i, f] - c[j, f]
-                acc += u * u
-            out[i, j] = acc
-            out[j, i] = acc
-    return out
 
 
 # ‖X[r] − centers[j]‖² in float64, in feature order: the distance that defines the
@@ -456,7 +392,8 @@ class HamerlyResult(tuple):
         return super().__new__(cls, items)
 
 
-def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_sums=True):
+def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_sums=True,
+                     copy=True):
     """One Lloyd step on a chunk, with Hamerly's bounds skipping distance computations.
 
     Parameters
@@ -479,6 +416,12 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_
     with_sums : bool, default=True
         False: no sums and counts (empty arrays), and ``min_sq_dist`` bit for bit
         :func:`~dqkm.kernels.lloyd.assign_labels`'s (a fit's last pass).
+    copy : bool, default=True
+        False: ``labels`` (int32), ``upper`` and ``lower`` (float64), when
+        contiguous and writeable, are updated in place and returned (no new
+        state per step; others are copied).  A step re-run on a state it
+        already updated gives the same result (its moves only loosen bounds
+        that already hold for these centers).
 
     Returns
     -------
@@ -490,9 +433,8 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_
     """
     X, centers = _prepare(X, centers)
     n, k = X.shape[0], centers.shape[0]
-    labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
-    upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
-    lower = np.array(lower, dtype=np.float64, copy=True).reshape(-1)
+    labels, upper, lower = (_own(a, t, copy) for a, t in zip((labels, upper, lower),
+                                                             (np.int32, np.float64, np.float64)))
     shift = np.ascontiguousarray(shift, dtype=np.float64)
     half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)
     _check_state(n, k, labels, upper, lower, (n,))
@@ -513,11 +455,9 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_
         if m >= full_from:
             # most rows rescanned: the Lloyd pass over the whole chunk, its labels
             # certified exact, gives every row's bounds for less
-            low = np.empty(n)
-            with np.errstate(over="ignore", invalid="ignore"):
-                obj = _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=low)
-                np.multiply(np.sqrt(mind), 1.0 + _EPS, out=upper)
-                np.multiply(np.sqrt(low), 1.0 - _EPS, out=lower)
+            with np.errstate(over="ignore", invalid="ignore"):  # second distances in lower:
+                obj = _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=lower)
+            _bounds_from_squares(mind, lower, upper, _EPS)
             computed = n * k
         else:
             if m:
@@ -530,6 +470,25 @@ def hamerly_partials(X, centers, labels, upper, lower, shift, half_sep, *, with_
             obj = np.inf
     return HamerlyResult(sums, counts, float(obj), labels, mind, upper, lower,
                          int(n * k - computed))
+
+
+def _own(a, dtype, copy):
+    """``a`` as a 1-D C-contiguous writeable array of ``dtype``: a copy, or with
+    ``copy=False`` ``a`` itself where it already is one."""
+    if not copy and isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == dtype \
+            and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return np.array(a, dtype=dtype, copy=True).reshape(-1)
+
+
+@njit(nogil=True, cache=True)
+def _bounds_from_squares(d2, low2, upper, eps):  # OUT upper, low2
+    """``upper = √d2·(1 + eps)`` and, in place, ``low2 = √low2·(1 − eps)``: a full
+    scan's squared distances to the nearest and second nearest centers as bounds
+    (one loop, no temporaries; the same roundings as the NumPy expressions)."""
+    for r in range(d2.shape[0]):
+        upper[r] = np.sqrt(d2[r]) * (1.0 + eps)
+        low2[r] = np.sqrt(low2[r]) * (1.0 - eps)
 
 
 def _check_state(n, k, labels, upper, lower, lower_shape):

@@ -159,10 +159,10 @@ def _bounded_kernel(block, state, geom, spec, index, with_sums=True):
     fresh = state is None or state[0].shape != (n,) or state[2].shape != lower_shape
     if fresh:
         state = _fresh(n, k, kind)  # no bounds yet: the kernel scans every center (Lloyd)
+    # in place: the state is this pass's own (a re-run on it stays exact, see the kernels)
     if kind == "hamerly":
         return hamerly_partials(block, centers, *state, geom["shift"], geom["half_sep"],
-                                with_sums=with_sums), fresh
-    # in place: the state is this pass's own (a re-run on it stays exact, see the kernel)
+                                with_sums=with_sums, copy=False), fresh
     return elkan_partials(block, centers, *state, geom["shift"], geom["half_sep"],
                           geom["separations"], copy=False, with_sums=with_sums), fresh
 
