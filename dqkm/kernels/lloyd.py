@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ._direct import argmin_direct
+from ._direct import argmin_direct, transpose_tile
 from ._finish import _FASTMATH, _finish_row, _finish_tile, _rows_given_labels
 from ._exact import (_argmin2_columns, _certify_direct, _certify_gemm, _direct_rounding,
                      _certifies_cheaply, _exact_labels_of_finite, exact_sq_dist)
@@ -211,14 +211,6 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
     return objective
 
 
-@njit(nogil=True, cache=True)
-def _transpose_tile(X, start, t, XT):  # OUT XT
-    """``XT[f, i] = X[start + i, f]`` for the tile's ``t`` rows (the padding stays zero)."""
-    for i in range(t):
-        for f in range(X.shape[1]):
-            XT[f, i] = X[start + i, f]
-
-
 @njit(nogil=True, cache=True)  # no fastmath here: it slowed the tile loop twofold at D = 2
 def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums, counts, labels,
             mind, with_sums, low):  # OUT sums, counts, labels, mind, low
@@ -248,7 +240,7 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         t = stop - start
-        _transpose_tile(X, start, t, XT)
+        transpose_tile(X, start, t, XT)
         argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
         again = False
         for i in range(t):
@@ -256,7 +248,7 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
                 again = True
                 break
         if again:
-            _transpose_tile(X, start, t, XT64)
+            transpose_tile(X, start, t, XT64)
             argmin_direct(XT64, t, cpad64, best64, sec64, dist64[0], dist64[1], lab)
             _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64, low)
         else:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dqkm.kernels import lloyd as L
+from dqkm.kernels._direct import transpose_tile
 
 
 def _gemm(X, C, monkeypatch):
@@ -136,3 +137,16 @@ def test_choice_by_dimension():
             X = rng.standard_normal((50, d))
             L.lloyd_partials(X, X[:3])
     assert calls == [L._DIRECT_MAX_D]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 7])
+def test_transpose_tile_copies_the_rows_and_keeps_the_padding(dtype, d):
+    """The direct kernel's tile: rows ``start … start + t`` of X as columns, written
+    out for two to four features; the padding row (odd d) and columns past ``t`` stay."""
+    X = np.random.default_rng(d).standard_normal((50, d)).astype(dtype)
+    XT = np.full((d + d % 2, 16), -7.0, dtype=dtype)
+    XT[d:] = 0.0
+    transpose_tile(X, 30, 11, XT)
+    np.testing.assert_array_equal(XT[:d, :11], X[30:41].T)
+    assert np.all(XT[:d, 11:] == -7.0) and np.all(XT[d:] == 0.0)
