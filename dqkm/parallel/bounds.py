@@ -54,7 +54,7 @@ from ..kernels.bounds import (center_geometry, center_separations, elkan_partial
 from ..kernels.lloyd import certified_pass
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
                      compute_with_states, map_blocks_reduce, map_blocks_with_state)
-from .finite import describe_bad, first_bad, raise_bad
+from .finite import describe_bad, raise_bad
 from .lloyd import (_inertia_combine, _labels_array, _lloyd_combine, _moments, check_lloyd_memory,
                     tolerance_from_moments)
 
