@@ -420,13 +420,13 @@ def converge_case(n, d, k, repeat, max_iter):
                        and m.n_iter_ == ref.n_iter_ and m.inertia_ == ref.inertia_)
     skipped = {a: [h["skipped"] for h in models[a].history_] for a in ("hamerly", "elkan")}
     n_iter = {name: int(m.n_iter_) for name, m in models.items()}
-    return best, n_iter, skipped, same, choose_algorithm("auto", Xp, k)  # KMeans()'s default
+    return best, n_iter, skipped, same, choose_algorithm("auto", Xp, k)  # KMeans(algorithm='auto')
 
 
 def run_converge(args):
     headers = ["D", "K", "iterations (dqkm / sklearn)", "dqkm lloyd", "dqkm hamerly",
                "dqkm elkan", "sklearn lloyd", "sklearn elkan",
-               "best dqkm bounds ÷ faster sklearn", "dqkm default ('auto') ÷ faster sklearn",
+               "best dqkm bounds ÷ faster sklearn", "dqkm 'auto' ÷ faster sklearn",
                "hamerly / elkan fit = lloyd fit"]
     rows, skip_rows = [], []
     print(f"\n### whole fit to convergence: {args.rows:,} rows of blobs (float64 at D > 32), "
@@ -515,9 +515,10 @@ def write_bounds_pages(args, converge, ooc):
                        "persisted chunks, Dask's threaded scheduler; every method starts from "
                        "the same initial centers with `tol=1e-4`; scikit-learn runs in memory "
                        "with 2 threads. Seconds for the whole fit, best of "
-                       f"{args.repeat} interleaved runs. \"dqkm default\" is the algorithm "
-                       "`KMeans()` runs with `algorithm='auto'` on that data, its time over "
-                       "the faster of scikit-learn's two. The last column says whether "
+                       f"{args.repeat} interleaved runs. \"dqkm 'auto'\" is the algorithm "
+                       "`KMeans(algorithm='auto')` picks on that data (`KMeans()` runs "
+                       "'lloyd', scikit-learn's default), its time over the faster of "
+                       "scikit-learn's two. The last column says whether "
                        "'hamerly' and 'elkan' gave the centers, inertia and n_iter of dqkm's "
                        "'lloyd' exactly (checked in the run)."))
     if ooc is not None:
