@@ -510,8 +510,9 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     :func:`center_separations` of ``centers`` (K × K, float64).  With
     ``copy=False`` a C-contiguous float64 ``lower`` is updated in place and
     returned (the n × K copy costs as much as the step once most distances are
-    skipped); the bounds it holds at any moment stay valid for the new centers,
-    so a step re-run on a partly updated ``lower`` gives the same result.
+    skipped), and so are ``labels`` and ``upper`` as in :func:`hamerly_partials`;
+    the bounds they hold at any moment stay valid for the new centers, so a step
+    re-run on a partly updated state gives the same result.
     ``with_sums`` as in :func:`hamerly_partials`.
 
     Returns
@@ -523,8 +524,7 @@ def elkan_partials(X, centers, labels, upper, lower, shift, half_sep, separation
     """
     X, centers = _prepare(X, centers)
     n, k = X.shape[0], centers.shape[0]
-    labels = np.array(labels, dtype=np.int32, copy=True).reshape(-1)
-    upper = np.array(upper, dtype=np.float64, copy=True).reshape(-1)
+    labels, upper = _own(labels, np.int32, copy), _own(upper, np.float64, copy)
     lower = np.array(lower, dtype=np.float64, copy=True if copy else None, order="C")
     shift = np.ascontiguousarray(shift, dtype=np.float64)
     half_sep = np.ascontiguousarray(half_sep, dtype=np.float64)

@@ -37,7 +37,8 @@ def test_copy_false_updates_lower_in_place_with_the_same_results():
     copied = elkan_partials(X, C1, labels, upper, lower, shift, half, sep)
     np.testing.assert_array_equal(lower, kept)  # copy=True leaves the input alone
     inplace = elkan_partials(X, C1, labels, upper, lower, shift, half, sep, copy=False)
-    assert inplace[6] is lower  # the caller's array, updated
+    assert inplace[6] is lower  # the caller's arrays, updated
+    assert inplace[3] is labels and inplace[5] is upper
     for a, b in zip(copied, inplace):
         np.testing.assert_array_equal(a, b)
     ref = lloyd_partials(X, C1)
