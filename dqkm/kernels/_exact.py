@@ -89,6 +89,13 @@ def _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny, low):  #
     (:mod:`dqkm.kernels.bounds`).
     """
     want = low.shape[0] > 0
+    if not want:  # most tiles have no near-tie: one branch-free pass tells
+        near = 0
+        for i in range(t):
+            b = np.float64(best[i])
+            near += not (np.float64(sec[i]) - b > margin * b + tiny)
+        if near == 0:
+            return
     for i in range(t):
         b = np.float64(best[i])
         if not np.isfinite(b):

@@ -232,7 +232,6 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
     best = np.empty(tile, dtype=X.dtype)
     sec = np.empty(tile, dtype=X.dtype)
     dist = np.empty((2, tile), dtype=X.dtype)
-    lab = np.empty(tile, dtype=np.int32)
     XT64 = np.zeros((dp, tile), dtype=np.float64)
     best64 = np.empty(tile, dtype=np.float64)
     sec64 = np.empty(tile, dtype=np.float64)
@@ -240,6 +239,7 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
     for start in range(0, n, tile):
         stop = min(start + tile, n)
         t = stop - start
+        lab = labels[start:stop]  # the kernel writes the tile's labels in place
         transpose_tile(X, start, t, XT)
         argmin_direct(XT, t, cpad, best, sec, dist[0], dist[1], lab)
         again = False
@@ -253,8 +253,6 @@ def _direct(X, centers, cpad, cpad64, tile, margin, tiny, margin64, tiny64, sums
             _certify_direct(X, start, t, centers, best64, sec64, lab, margin64, tiny64, low)
         else:
             _certify_direct(X, start, t, centers, best, sec, lab, margin, tiny, low)
-        for i in range(t):
-            labels[start + i] = lab[i]
         objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
                                  with_sums, objective)
         if again and _mark_overflow(best64, t, mind, start):
