@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import struct
+import time
 
 import dask
 import dask.array as da
@@ -21,6 +22,7 @@ from sklearn.datasets import load_digits, make_blobs
 
 import dqkm
 from dqkm._validation import InvalidParameterError
+from dqkm.cluster import kmeans as kmeans_module
 from dqkm.exceptions import DataError
 from dqkm.parallel import bounds as pbounds
 from dqkm.parallel.bounds import (AUTO_MAX_FEATURES, AUTO_MIN_CLUSTERS, AUTO_MIN_CLUSTERS_LOW,
@@ -140,8 +142,6 @@ def test_last_pass_spares_the_rows_its_bounds_settle(monkeypatch, tmp_path, blob
     """The labels and inertia of the final centers come from one more bounded pass (no
     sums) instead of a full Lloyd pass: the same labels and inertia, bit for bit, with
     most distances skipped; the bounds are then used up."""
-    from dqkm.cluster import kmeans as kmeans_module
-
     X = da.from_array(blobs, chunks=700)
     w = np.random.default_rng(0).uniform(0.5, 2.0, len(blobs)) if weighted else None
     kw = dict(max_iter=8, tol=0.0, persist=True)  # stops on max_iter: the centers moved
@@ -175,8 +175,6 @@ def test_last_pass_spares_the_rows_its_bounds_settle(monkeypatch, tmp_path, blob
 def test_last_pass_for_the_inertia_alone_spares_settled_rows(monkeypatch, blobs, algorithm):
     """X persisted by the user stays so after the fit and its labels stay lazy: the last
     bounded pass gives only the inertia (Lloyd's ``inertia`` pass is not run)."""
-    from dqkm.cluster import kmeans as kmeans_module
-
     X = da.from_array(blobs, chunks=700).persist()
     ref = _fit(X, "lloyd", max_iter=8, tol=0.0)
 
@@ -267,8 +265,6 @@ def test_killed_worker_mid_fit_with_bounds_in_memory(tmp_path, blobs):
     """X persisted on a cluster keeps the bounds in the workers' memory; a worker killed
     between passes takes its blocks' bounds (and its share of X) with it: the next
     pass reads those blocks again and scans them in full, and the fit is Lloyd's."""
-    import time
-
     from distributed import Client, LocalCluster
 
     da.from_array(blobs, chunks=700).to_zarr(str(tmp_path / "x.zarr"))
