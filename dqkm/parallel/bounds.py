@@ -55,8 +55,8 @@ from ..kernels.lloyd import certified_pass
 from .engine import (PerBlock, active_client, blocks_held_in_memory, broadcast, compute,
                      compute_with_states, map_blocks_reduce, map_blocks_with_state)
 from .finite import describe_bad, raise_bad
-from .lloyd import (_inertia_combine, _labels_array, _lloyd_combine, _moments, check_lloyd_memory,
-                    tolerance_from_moments)
+from .lloyd import (_block_inertia, _inertia_combine, _labels_array, _lloyd_combine, _moments,
+                    check_lloyd_memory, tolerance_from_moments)
 
 __all__ = ["BoundedPasses", "choose_algorithm", "held_in_memory", "BOUNDED_ALGORITHMS",
            "AUTO_MAX_FEATURES", "AUTO_MIN_CLUSTERS", "AUTO_MIN_CLUSTERS_MID", "AUTO_MIN_FEATURES",
@@ -199,7 +199,7 @@ def _final_chunk(block, state, geom, weights, spec, index, offset):
     labels, mind = res[3], res[4]
     if not np.isfinite(mind).all():
         raise_bad(describe_bad(block, offset, mind, geom["centers"]))
-    return labels, (float(mind.sum()) if weights is None else float(np.dot(weights, mind)), None)
+    return labels, (_block_inertia(mind, weights), None)
 
 
 def _sidecar_chunk(block, geom, weights, spec, index, offset):

@@ -353,10 +353,17 @@ def center_distances(X, centers):
                        n_columns=centers.shape[0], name="center-distances")
 
 
+def _block_inertia(mind, weights):
+    """A block's share of the inertia from its rows' squared distances: the one
+    sum every final pass uses (Lloyd's, and the bounded one of
+    :mod:`dqkm.parallel.bounds`), so that they agree bit for bit."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(mind.sum()) if weights is None else float(np.dot(weights, mind))
+
+
 def _inertia_chunk(block, weights, centers, index, offset):
     _, mind = _assign(block, centers)
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = float(mind.sum()) if weights is None else float(np.dot(weights, mind))
+    s = _block_inertia(mind, weights)
     if not np.isfinite(mind).all():
         s = np.inf
     return (s, None if np.isfinite(s) else describe_bad(block, offset, mind, centers))
@@ -380,8 +387,7 @@ def inertia(X, centers, *, split_every=None, sample_weight=None):
 
 def _labels_inertia_chunk(block, weights, centers, index, offset):
     labels, mind = _checked_assign(block, centers, offset)
-    s = float(mind.sum()) if weights is None else float(np.dot(weights, mind))
-    return labels, (s, None)
+    return labels, (_block_inertia(mind, weights), None)
 
 
 def labels_and_inertia(X, centers, *, split_every=None, sample_weight=None):
