@@ -333,10 +333,7 @@ class BoundedPasses:
         if not self.in_memory:
             return self._sidecar_pass(geom, with_moments, n_clusters)
         spec = {"kind": self.kind, "with_moments": with_moments, "array": None}
-        client = active_client()
-        prev = list(self.blocks)
-        if client is not None:  # persisted results on the workers, or None if one was lost
-            prev = [_alive(p) for p in prev]
+        prev = [_alive(p) for p in self.blocks]  # on the workers: None where one was lost
         # not a pure function of its inputs (Elkan updates its state in place): fresh keys
         bp = map_blocks_with_state(self.X, _bounded_chunk, _combine, split_every=self.split_every,
                                    args=(PerBlock(prev), geom, PerBlock(self.wblocks), spec),
@@ -356,9 +353,8 @@ class BoundedPasses:
         check_lloyd_memory("KMeans final pass (labels and inertia)", X, len(centers),
                            weighted=self.wblocks[0] is not None)
         geom = self._geometry(centers)
-        prev = [None] * len(self.blocks)  # in files: each block reads its chunk
-        if self.array is None:
-            prev = self.blocks if active_client() is None else [_alive(b) for b in self.blocks]
+        # in memory as the steps keep it; in files, each block reads its own chunk
+        prev = [None if self.array is not None else _alive(b) for b in self.blocks]
         spec = {"kind": self.kind, "array": self.array, "read": self.holds}
         bp = map_blocks_with_state(X, _final_chunk, _inertia_combine, split_every=self.split_every,
                                    args=(PerBlock(prev), broadcast(geom, "bounds-geometry"),
