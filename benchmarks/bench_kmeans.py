@@ -35,6 +35,13 @@ the difference of the last two is the files' extra I/O.  Both default to
 200,000 rows (``--rows``) so that they run on a loaded 2-core machine::
 
     .venv/bin/python benchmarks/bench_kmeans.py --converge --ooc --rows 200000 [--markdown]
+
+``--cluster``: X persisted on a LocalCluster of 2 single-thread workers, D = 16,
+K = 64, ``--iters`` iterations (12 below): 'hamerly' against 'lloyd', whole fits
+and late passes, with distributed's default malloc trimming and without it, at
+``--cluster-rows`` rows (default 1M and 4M)::
+
+    .venv/bin/python benchmarks/bench_kmeans.py --cluster --iters 12 --repeat 3 [--markdown]
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import dask
 import numpy as np
@@ -83,7 +91,7 @@ def gemm_time(X, C, repeat=3):
     return best
 
 
-def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
+def run_case(name, n, d, k, n_iter, tmp, with_daskml=True, repeat=1):
     from distributed import Client, LocalCluster
     from sklearn.cluster import KMeans as SkKMeans
 
@@ -101,14 +109,14 @@ def run_case(name, n, d, k, n_iter, tmp, with_daskml=True):
     kw = dict(n_clusters=k, init=init, max_iter=n_iter, tol=0.0)
 
     rows["sklearn KMeans (lloyd, in memory)"] = per_iter(
-        lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(Xn), n_iter)
+        lambda: SkKMeans(algorithm="lloyd", n_init=1, **kw).fit(Xn), n_iter, repeat)
     rows["one X·Cᵀ GEMM (2 BLAS threads)"] = gemm_time(Xn, init)
 
     with dask.config.set(scheduler="threads"):
         Xp = Xz.persist()
         dqkm.KMeans(**{**kw, "max_iter": 1}).fit(Xp)  # numba compile/warm-up
         rows["dqkm KMeans, threads, persisted"] = per_iter(
-            lambda: dqkm.KMeans(persist=True, **kw).fit(Xp), n_iter)
+            lambda: dqkm.KMeans(persist=True, **kw).fit(Xp), n_iter, repeat)
         rows["dqkm KMeans, threads, from Zarr"] = per_iter(
             lambda: dqkm.KMeans(persist=False, **kw).fit(Xz), n_iter)
         rows["dqkm KMeans, threads, from Zarr (uncompressed)"] = per_iter(
@@ -500,10 +508,107 @@ def run_ooc(args, tmp):
     return table
 
 
-def write_bounds_pages(args, converge, ooc):
+def _cluster_fit(X, kind, init, n_iter):
+    """Seconds of a ``persist=True`` fit of ``n_iter`` iterations, the mean seconds of
+    its second half's iterations, and the model."""
+    km = dqkm.KMeans(len(init), algorithm=kind, init=init, tol=0.0, max_iter=n_iter,
+                     persist=True)
+    t0 = time.perf_counter()
+    km.fit(X)
+    total = time.perf_counter() - t0
+    return total, float(np.mean([h["seconds"] for h in km.history_[n_iter // 2:]])), km
+
+
+def _cluster_case(X, init, n_iter, repeat):
+    """Best (total, late) of each algorithm over ``repeat`` interleaved runs, and
+    whether 'hamerly' gave 'lloyd''s fit exactly."""
+    for kind in ("lloyd", "hamerly"):
+        _cluster_fit(X, kind, init, 2)  # numba compile / cache load on the workers
+    best = {kind: (np.inf, np.inf) for kind in ("lloyd", "hamerly")}
+    models = {}
+    for _ in range(repeat):
+        for kind in best:
+            total, late, models[kind] = _cluster_fit(X, kind, init, n_iter)
+            best[kind] = (min(best[kind][0], total), min(best[kind][1], late))
+    lloyd, hamerly = models["lloyd"], models["hamerly"]
+    same = bool(np.array_equal(lloyd.cluster_centers_, hamerly.cluster_centers_)
+                and lloyd.inertia_ == hamerly.inertia_)
+    return best, same, hamerly.history_[-1]["skipped"]
+
+
+def _reduction_seconds(X, repeat=10):
+    """Median seconds of ``X.sum(axis=0).compute()``: what any one-pass reduction over
+    the persisted blocks costs on the cluster (scheduling, the workers' share of the
+    cores), the floor under a pass."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        X.sum(axis=0).compute()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def run_cluster(args):
+    """``--cluster``: persisted X on a LocalCluster of 2 single-thread workers, 'lloyd'
+    against 'hamerly' (bounds in the workers' memory), with distributed's default
+    malloc trimming (a plain ``LocalCluster()``) and without it (dqkm's cluster
+    configs)."""
+    import dask.array as da
+    from distributed import Client, LocalCluster, wait
+
+    d, k, n_iter = 16, 64, args.iters
+    sizes = [int(r) for r in args.cluster_rows.split(",")]
+    rows = []
+    for trim, cfg in (("default", {}), ("off", NO_TRIM)):
+        with dask.config.set(cfg), LocalCluster(n_workers=2, threads_per_worker=1,
+                                                dashboard_address=None,
+                                                silence_logs=logging.ERROR) as cluster, \
+                Client(cluster):
+            for n in sizes:
+                X, init = _blobs_init(n, d, k)
+                with warnings.catch_warnings():  # the blocks go to the workers once, here
+                    warnings.filterwarnings("ignore", message="Sending large graph")
+                    Xp = da.from_array(X, chunks=(-(-n // 8), d)).persist()
+                    wait(Xp)
+                best, same, skipped = _cluster_case(Xp, init, n_iter, args.repeat)
+                (lt, ll), (ht, hl) = best["lloyd"], best["hamerly"]
+                floor = _reduction_seconds(Xp)
+                rows.append([trim, f"{n:,} × {d}", f"{n // 2:,}", f"{floor * 1e3:.0f}",
+                             f"{lt:.2f}", f"{ht:.2f}",
+                             f"{ht / lt:.2f}", f"{ll * 1e3:.0f}", f"{hl * 1e3:.0f}",
+                             f"{hl / ll:.2f}", f"{skipped:.1%}", "yes" if same else "NO"])
+                del Xp
+    table = markdown_table(["malloc trim", "X", "rows per worker", "X.sum(axis=0) (ms)",
+                            "lloyd fit (s)",
+                            "hamerly fit (s)", "hamerly ÷ lloyd", "lloyd late pass (ms)",
+                            "hamerly late pass (ms)", "late ÷", "skipped, last iteration",
+                            "same fit"], rows)
+    print(f"\n### LocalCluster 2 × 1 thread, X persisted, K = {k}: {n_iter} iterations, "
+          f"best of {args.repeat}\n\n" + table)
+    return table
+
+
+def write_bounds_pages(args, converge, ooc, cluster=None):
     """``--converge`` writes docs/benchmarks/kmeans.md, ``--ooc``
-    docs/benchmarks/kmeans_ooc.md: one page per kind of run, each the table of
-    this run only (history lives in git)."""
+    docs/benchmarks/kmeans_ooc.md, ``--cluster`` docs/benchmarks/kmeans_cluster.md:
+    one page per kind of run, each the table of this run only (history lives in git)."""
+    if cluster is not None:
+        write_page("kmeans_cluster", "K-means on a cluster: bounds against Lloyd passes",
+                   cluster, notes=(
+                       "Blobs (float32, 16 features, `cluster_std=4`) in 8 row blocks "
+                       "persisted on a `distributed.LocalCluster` of 2 single-thread workers "
+                       "(the client, the scheduler and both workers on this machine's 2 "
+                       "cores); `KMeans(64, algorithm=..., persist=True)` from the same "
+                       f"initial centers, `tol=0`, {args.iters} iterations. \"fit\" is the "
+                       "whole `fit` (the final labels-and-inertia pass included), \"late "
+                       "pass\" the mean seconds of the second half's iterations (what a "
+                       "pass costs once the bounds skip most distances), each the best of "
+                       f"{args.repeat} interleaved runs; \"X.sum(axis=0)\" the median "
+                       "time of that one-pass Dask reduction over the same persisted blocks, "
+                       "the floor under any pass on this cluster. \"malloc trim\": `default` is "
+                       "distributed's `MALLOC_TRIM_THRESHOLD_` (a plain `LocalCluster()`), "
+                       "`off` unset, as dqkm's cluster configs start their workers. \"same "
+                       "fit\": 'hamerly''s centers and inertia equal 'lloyd''s exactly."))
     if converge is not None:
         table, skip_table = converge
         write_page("kmeans", "K-means: whole fits to convergence with exact bounds",
@@ -546,6 +651,9 @@ def main():
                    help="whole fits to convergence with bounds against scikit-learn")
     p.add_argument("--ooc", action="store_true",
                    help="out of core: the bounds' files against a Lloyd pass at D = 16")
+    p.add_argument("--cluster", action="store_true",
+                   help="a LocalCluster, X persisted: 'hamerly' against 'lloyd' at D = 16")
+    p.add_argument("--cluster-rows", default="1000000,4000000", help="rows of --cluster")
     p.add_argument("--max-iter", type=int, default=300, help="max_iter of --converge")
     p.add_argument("--cases", default="",
                    help="--converge cases: 'DxK,…' or 'grid' (default: 2x16,16x64,32x256,64x64)")
@@ -563,14 +671,15 @@ def main():
     if args.bounds:
         run_bounds(args)
         return
-    if args.converge or args.ooc:
+    if args.converge or args.ooc or args.cluster:
         converge = run_converge(args) if args.converge else None
         ooc = None
         if args.ooc:
             with tempfile.TemporaryDirectory() as tmp:
                 ooc = run_ooc(args, tmp)
+        cluster = run_cluster(args) if args.cluster else None
         if args.markdown:
-            write_bounds_pages(args, converge, ooc)
+            write_bounds_pages(args, converge, ooc, cluster)
         return
     with tempfile.TemporaryDirectory() as tmp:
         if args.memory:
@@ -583,7 +692,7 @@ def main():
         tables = []
         for name, n, d, k in cases:
             rows = run_case(name.split()[0], n, d, k, args.iters, tmp,
-                            with_daskml=not args.no_dask_ml)
+                            with_daskml=not args.no_dask_ml, repeat=args.repeat)
             tables.append(print_table(name, rows))
         if args.markdown and not args.quick:
             write_page("kmeans_iteration", "K-means per iteration: dqkm, scikit-learn, dask-ml",
@@ -591,7 +700,8 @@ def main():
                            "Same float32 data (written once to Zarr), same initial centers, "
                            f"`tol=0`, {args.iters} iterations for every method; seconds per "
                            "iteration = fit time / iterations (the final assignment pass "
-                           "included). \"from Zarr\" is Zarr's default codec; \"(uncompressed)\" "
+                           "included); scikit-learn and \"dqkm KMeans, threads, persisted\" "
+                           f"the best of {args.repeat} fits, every other row one fit. \"from Zarr\" is Zarr's default codec; \"(uncompressed)\" "
                            "the same data written with `compressors=None`. scikit-learn runs "
                            "in memory with 2 threads; \"one X·Cᵀ GEMM\" is the BLAS product "
                            "alone, the bound a GEMM-based Lloyd pass cannot beat."))
