@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
-from .lloyd import _argmin_columns
+from ._gemm import _argmin_columns
 
 # below this many rows per tile the row-add loops are too short to vectorise
 _NARROW = 8

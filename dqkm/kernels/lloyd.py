@@ -45,14 +45,12 @@ from numba import njit
 
 from ._direct import argmin_direct, transpose_tile
 from ._finish import _FASTMATH, _finish_row, _finish_tile, _rows_given_labels
-from ._exact import (_argmin2_columns, _certify_direct, _certify_gemm, _direct_rounding,
-                     _certifies_cheaply, _exact_labels_of_finite, exact_sq_dist)
+from ._exact import _certifies_cheaply, _certify_direct, _direct_rounding, exact_sq_dist
+from ._gemm import _TILE, _blas_tile, _gemm_tile, _mark_overflow, _tile_buffers, _tiled, _tiled_blas
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
            "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
            "exact_sq_dist"]
-
-_TILE = 256
 
 # Up to this many features every label is certified exact (the direct kernel, module
 # _direct, or the GEMM kernel with its certification); above it float32 X keeps the
@@ -66,6 +64,9 @@ _GEMM_MIN_D_MANY = 12
 _MANY_CENTERS = 64
 _NO_LOW = np.empty(0)  # no lower bounds wanted (the numba kernels' empty argument)
 _PROBE_ROWS = 64
+# The uncertified GEMM path forms its products by NumPy's BLAS (module _gemm); False:
+# numba's, as the certified path (benchmarks/bench_lloyd_kernel.py times both).
+_BLAS_TILES = True
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
@@ -92,122 +93,6 @@ def _finish_rows(X, g, start, half_norms, centers, sums, counts, labels, mind, w
         dist = _finish_row(X, r, arg, centers, sums, counts, with_sums)
         mind[r] = dist
         objective += dist
-    return objective
-
-
-@njit(nogil=True, cache=True)
-def _argmin_columns(G, k, t, half_norms, best, labels, offset):  # OUT best, labels
-    """``labels[offset + i] = argmin_{j<k} half_norms[j] − G[j, i]`` for ``i < t``.
-
-    The products are scanned one center (one contiguous row of ``G``) at a
-    time, so the compare-and-select runs across the tile's rows in SIMD lanes;
-    a row-by-row scan over K is a chain of dependent branches (at K = 64 it
-    cost a third as much as the GEMM).  Strict ``<`` with j increasing: the
-    lower index wins ties, and a NaN product never wins.  Shared with the
-    sparse-factor kernels (``_factor_apply``), whose buffers are wider than
-    ``t`` and taller than ``k``.
-    """
-    # The labels through a view indexed from 0 and the center index as the
-    # labels' int32: with ``labels[offset + i]`` and an int64 ``j`` LLVM left
-    # the loop scalar (the selects alone did not vectorise it).
-    lab = labels[offset:offset + t]
-    h0 = half_norms[0]
-    g0 = G[0]
-    for i in range(t):
-        best[i] = h0 - g0[i]
-        lab[i] = 0
-    for j in range(1, k):
-        hj = half_norms[j]
-        gj = G[j]
-        jj = np.int32(j)
-        for i in range(t):
-            # Selects, not a branch: vector compares and blends.
-            v = hj - gj[i]
-            b = best[i]
-            lt = v < b
-            best[i] = v if lt else b
-            lab[i] = jj if lt else lab[i]
-
-
-@njit(nogil=True, cache=True)
-def _argmin_tile64(X, start, stop, centers64, half64, best64, labels):  # OUT best64, labels
-    """:func:`_argmin_columns` for rows ``start … stop`` of X, in float64."""
-    gT = np.dot(centers64, X[start:stop].astype(np.float64).T)
-    _argmin_columns(gT, gT.shape[0], stop - start, half64, best64, labels, start)
-
-
-@njit(nogil=True, cache=True)
-def _mark_overflow(best64, t, mind, start):  # OUT mind
-    """``mind = +inf`` for the tile's rows whose float64 best is not finite; whether any.
-
-    A function of its own: the same test inline in :func:`_tiled`'s row loop
-    slowed that loop by a third (D = 16, K = 8).
-    """
-    found = False
-    for i in range(t):
-        if not np.isfinite(best64[i]):
-            mind[start + i] = np.inf
-            found = True
-    return found
-
-
-@njit(nogil=True, cache=True)
-def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
-           labels, mind, with_sums, tile, low):  # OUT sums, counts, labels, mind, low
-    """One GEMM per tile of ``tile`` rows (:func:`_gemm_tile`), finished while the tile
-    is in cache.
-
-    The products are formed as ``C·X_tileᵀ`` (K × tile) for the column-wise
-    argmin of :func:`_argmin_columns`; then each row's exact distance and
-    (``with_sums``) its share of the sums, in float64.
-
-    The GEMM runs in X's dtype unless ``use64`` (the ½‖c‖² overflow it).  A
-    tile whose best value ½‖c‖² − x·c is not finite (a product overflowed,
-    or X holds NaN/inf) is assigned again in float64; a row whose float64
-    best is still not finite gets distance +inf (its distances overflow
-    float64, or it holds NaN/inf): the callers refuse it.  With ``exact``
-    (float64 X) every label is certified to be that of :func:`exact_sq_dist`
-    (:func:`_certify_gemm`), and ``low`` (if not empty; ``exact`` only) receives a
-    lower bound of each row's squared distance to the other centers (0 in a tile
-    assigned again in float64).
-    """
-    n = X.shape[0]
-    objective = 0.0
-    best = np.empty(tile, dtype=X.dtype)
-    sec = np.empty(tile, dtype=X.dtype)
-    lab = np.empty(tile, dtype=np.int32)
-    best64 = np.empty(tile, dtype=np.float64)
-    gbuf = np.empty((centers.shape[0], tile), dtype=X.dtype)
-    for start in range(0, n, tile):
-        stop = min(start + tile, n)
-        t = stop - start
-        again = use64
-        if not use64:
-            if t == tile:  # into the one buffer: no allocation per tile
-                np.dot(centers, X[start:stop].T, gbuf)
-                gT = gbuf
-            else:
-                gT = np.dot(centers, X[start:stop].T)
-            if exact:
-                _argmin2_columns(gT, gT.shape[0], t, half_norms, best, sec, lab, labels, start)
-            else:
-                _argmin_columns(gT, gT.shape[0], t, half_norms, best, labels, start)
-            for i in range(t):
-                if not np.isfinite(best[i]):
-                    again = True
-                    break
-        if again:
-            _argmin_tile64(X, start, stop, centers64, half64, best64, labels)
-            if exact:  # float32 X whose products overflowed float32: exact labels
-                _exact_labels_of_finite(X, start, t, centers, best64, labels)
-            if low.shape[0] > 0:
-                low[start:stop] = 0.0
-        elif exact:
-            _certify_gemm(X, start, t, centers, best, sec, labels, scale, cmax, low)
-        objective = _finish_tile(X, start, stop, centers, sums, counts, labels, mind,
-                                 with_sums, objective)
-        if again and _mark_overflow(best64, t, mind, start):
-            objective = np.inf
     return objective
 
 
@@ -312,18 +197,6 @@ def squared_norms(A):
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
 
 
-def _gemm_tile(k, d, itemsize):
-    """Rows per tile of :func:`_tiled`: ``_TILE``, or more where few centers make each
-    GEMM call short (its fixed cost then counts), as long as the K × tile products
-    stay within 128 kB and the tile's rows within 256 kB (L2) for the finishing loop
-    (``itemsize``: bytes per value of X)."""
-    tile = _TILE
-    while (tile < 2048 and 2 * tile * k * itemsize <= 128 * 1024
-           and 2 * tile * d * itemsize <= 256 * 1024):
-        tile *= 2
-    return tile
-
-
 def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
     """:func:`_direct` up to ``_DIRECT_MAX_D`` features, else :func:`_tiled` with
     the float64 centers and norms it falls back to; ``low`` (float64, one entry
@@ -350,10 +223,15 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
     if d <= _DIRECT_MAX_D and (use64 or not _certifies_cheaply(X, c64, half64, scale, cmax,
                                                                 _PROBE_ROWS)):
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums, low=low)
+    low = _NO_LOW if low is None else low
+    k = centers.shape[0]
     with np.errstate(over="ignore", invalid="ignore"):
+        if _BLAS_TILES and not use64 and not exact:  # NumPy's BLAS: see _tiled_blas
+            return _tiled_blas(X, centers, half, c64, half64, exact, scale, cmax, sums, counts,
+                               labels, mind, with_sums, _blas_tile(k, d, X.dtype.itemsize), low)
+        tile = _gemm_tile(k, d, X.dtype.itemsize)
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
-                      labels, mind, with_sums, _gemm_tile(*centers.shape, X.dtype.itemsize),
-                      _NO_LOW if low is None else low)
+                      labels, mind, with_sums, tile, low, *_tile_buffers(k, tile, X.dtype))
 
 
 def certified_pass(dtype, n_features):
