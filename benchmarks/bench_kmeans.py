@@ -280,13 +280,15 @@ def lowd_case(n, d, k, n_iter, repeat):
 def _gemm_only(fit):
     """``fit()`` with the float32 GEMM kernel at every dimension (no direct kernel, no
     certification of its labels)."""
-    saved = lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY
-    lloyd_kernels._DIRECT_MAX_D = lloyd_kernels._GEMM_MIN_D = lloyd_kernels._GEMM_MIN_D_MANY = 0
+    names = ("_DIRECT_MAX_D", "_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
+    saved = [getattr(lloyd_kernels, name) for name in names]
+    for name in names:
+        setattr(lloyd_kernels, name, 0)
     try:
         return fit()
     finally:
-        (lloyd_kernels._DIRECT_MAX_D, lloyd_kernels._GEMM_MIN_D,
-         lloyd_kernels._GEMM_MIN_D_MANY) = saved
+        for name, value in zip(names, saved):
+            setattr(lloyd_kernels, name, value)
 
 
 def run_lowd(args):

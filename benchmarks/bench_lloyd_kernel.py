@@ -1,19 +1,20 @@
 """One Lloyd step on one chunk, one thread: dqkm's kernel against scikit-learn's.
 
 CPU time (``time.thread_time``, every BLAS/OpenMP pool limited to one thread)
-of one Lloyd step on a 50,000-row float32 chunk of blobs at K = 64, for D in
-{2, 3, 8, 16, 32, 48, 64, 256}: :func:`dqkm.kernels.lloyd.lloyd_partials` (labels,
-float64 sums and counts, exact objective) against scikit-learn's chunked dense
-Lloyd step (labels and new centers), the same data and centers.  Up to 32
-features dqkm's direct kernel alone (the GEMM kernel switched off) is timed as
-well: the column that sets where dqkm picks the GEMM kernel with certified
-labels (``_GEMM_MIN_D``); above 32 features dqkm with numba's GEMM per tile
-instead of NumPy's (``_BLAS_TILES`` off), the path before.  The runs alternate, ``--repeat`` per method and D;
-the table gives the fastest time of each and the ratio of the fastest times.
-scikit-learn's step is a private function: it is used here only as the peer.
+of one Lloyd step on a 50,000-row float32 chunk of blobs at K = 16 and 64, for D
+in {2, 3, 8, 16, 20, 24, 28, 32, 48, 64, 256}: :func:`dqkm.kernels.lloyd.lloyd_partials`
+(labels, float64 sums and counts, exact objective) against scikit-learn's chunked
+dense Lloyd step (labels and new centers), the same data and centers.  Up to 32
+features dqkm's direct kernel alone and its certified GEMM kernel alone are timed
+as well: the columns that set where dqkm picks the GEMM kernel (``_GEMM_MIN_D``,
+``_GEMM_MIN_D_F32``, ``_GEMM_MIN_D_MANY``); above 32 features dqkm with numba's
+GEMM per tile instead of NumPy's (``_BLAS_TILES`` off), the path before.  The
+runs alternate, ``--repeat`` per method and D; the table gives the fastest time
+of each and the ratio of the fastest times.  scikit-learn's step is a private
+function: it is used here only as the peer.
 Run::
 
-    .venv/bin/python benchmarks/bench_lloyd_kernel.py [--rows 50000] [--k 64] [--repeat 15]
+    .venv/bin/python benchmarks/bench_lloyd_kernel.py [--rows 50000] [--k 16,64] [--repeat 15]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from _report import add_markdown_option, markdown_table, write_page  # noqa: E40
 from dqkm.kernels import lloyd as lloyd_kernels  # noqa: E402
 from dqkm.kernels.lloyd import lloyd_partials  # noqa: E402
 
-DIMS = (2, 3, 8, 16, 32, 48, 64, 256)
+DIMS = (2, 3, 8, 16, 20, 24, 28, 32, 48, 64, 256)
 
 
 def _blobs(n, d, k, seed):
@@ -68,12 +69,28 @@ def _cpu(fn):
 
 
 def _direct_only(X, C):
-    saved = lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY
-    lloyd_kernels._GEMM_MIN_D = lloyd_kernels._GEMM_MIN_D_MANY = lloyd_kernels._DIRECT_MAX_D + 1
+    names = ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
+    saved = [getattr(lloyd_kernels, name) for name in names]
+    for name in names:
+        setattr(lloyd_kernels, name, lloyd_kernels._DIRECT_MAX_D + 1)
     try:
         return lloyd_partials(X, C)
     finally:
-        lloyd_kernels._GEMM_MIN_D, lloyd_kernels._GEMM_MIN_D_MANY = saved
+        for name, value in zip(names, saved):
+            setattr(lloyd_kernels, name, value)
+
+
+def _gemm_only(X, C):
+    """dqkm with the certified GEMM kernel wherever its probe allows (up to 32 features)."""
+    names = ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
+    saved = [getattr(lloyd_kernels, name) for name in names]
+    for name in names:
+        setattr(lloyd_kernels, name, 0)
+    try:
+        return lloyd_partials(X, C)
+    finally:
+        for name, value in zip(names, saved):
+            setattr(lloyd_kernels, name, value)
 
 
 def _numba_gemm(X, C):
@@ -86,13 +103,14 @@ def _numba_gemm(X, C):
 
 
 def measure(n, d, k, repeat, seed=0):
-    """Fastest CPU seconds of one step: dqkm, dqkm's direct kernel (None above
-    ``_DIRECT_MAX_D`` features), dqkm with numba's GEMM per tile (None up to
-    ``_DIRECT_MAX_D``), scikit-learn; whether the labels agree."""
+    """Fastest CPU seconds of one step: dqkm, dqkm's direct kernel and its certified
+    GEMM kernel (None above ``_DIRECT_MAX_D`` features), dqkm with numba's GEMM per
+    tile (None up to ``_DIRECT_MAX_D``), scikit-learn; whether the labels agree."""
     X, C = _blobs(n, d, k, seed)
     fns = {"dqkm": lambda: lloyd_partials(X, C), "sklearn": _sklearn_step(X, C)}
     if d <= lloyd_kernels._DIRECT_MAX_D:
         fns["direct"] = lambda: _direct_only(X, C)
+        fns["gemm"] = lambda: _gemm_only(X, C)
     else:
         fns["numba"] = lambda: _numba_gemm(X, C)
     for fn in fns.values():
@@ -102,13 +120,14 @@ def measure(n, d, k, repeat, seed=0):
     for _ in range(repeat):
         for name, fn in fns.items():
             best[name] = min(best[name], _cpu(fn))
-    return best["dqkm"], best.get("direct"), best.get("numba"), best["sklearn"], same
+    return (best["dqkm"], best.get("direct"), best.get("gemm"), best.get("numba"),
+            best["sklearn"], same)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=50_000)
-    p.add_argument("--k", type=int, default=64)
+    p.add_argument("--k", default="16,64", help="numbers of centers, comma-separated")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--dims", default=",".join(map(str, DIMS)))
     add_markdown_option(p)
@@ -121,31 +140,34 @@ def main():
     import numba
     numba.set_num_threads(1)
     with threadpool_limits(1):
-        print(f"{args.rows} rows float32, K = {args.k}, one thread, CPU ms per step "
+        print(f"{args.rows} rows float32, K in {args.k}, one thread, CPU ms per step "
               f"(fastest of {args.repeat})")
-        headers = ["D", "dqkm ms", "dqkm, direct kernel only ms",
-                   "dqkm, numba's GEMM per tile ms", "sklearn ms", "dqkm ÷ sklearn",
-                   "same labels"]
+        headers = ["K", "D", "dqkm ms", "dqkm, direct kernel only ms",
+                   "dqkm, certified GEMM kernel only ms", "dqkm, numba's GEMM per tile ms",
+                   "sklearn ms", "dqkm ÷ sklearn", "same labels"]
         print("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers))
-        for d in map(int, args.dims.split(",")):
-            a, direct, nb, b, same = measure(args.rows, d, args.k, args.repeat)
-            rows.append([d, f"{a * 1e3:.2f}", "–" if direct is None else f"{direct * 1e3:.2f}",
-                         "–" if nb is None else f"{nb * 1e3:.2f}", f"{b * 1e3:.2f}",
-                         f"{a / b:.2f}", same])
-            print("| " + " | ".join(map(str, rows[-1])) + " |", flush=True)
+        for k in map(int, args.k.split(",")):
+            for d in map(int, args.dims.split(",")):
+                a, direct, gemm, nb, b, same = measure(args.rows, d, k, args.repeat)
+                rows.append([k, d, f"{a * 1e3:.2f}"] + [
+                    "–" if v is None else f"{v * 1e3:.2f}" for v in (direct, gemm, nb)]
+                    + [f"{b * 1e3:.2f}", f"{a / b:.2f}", same])
+                print("| " + " | ".join(map(str, rows[-1])) + " |", flush=True)
     if args.markdown:
         write_page("lloyd_kernel", "K-means: one Lloyd step per chunk against scikit-learn's",
                    markdown_table(headers, rows), notes=(
-                       f"{args.rows:,} rows of float32 blobs, K = {args.k}, one thread (BLAS, "
+                       f"{args.rows:,} rows of float32 blobs, K ∈ {{{args.k}}}, one thread (BLAS, "
                        "OpenMP and numba limited to one): CPU time of the calling thread of "
                        "one step, dqkm's `lloyd_partials` (labels, float64 sums and counts, "
                        "exact objective) against scikit-learn's chunked dense Lloyd step on "
                        f"the same data and centers, timed alternately {args.repeat} times; "
                        "milliseconds: the fastest of each; the ratio: of the fastest times. "
                        "\"direct kernel only\": dqkm with its GEMM kernel switched off up to "
-                       "32 features (above, only the GEMM kernel exists); dqkm picks the "
-                       "GEMM kernel with certified labels from 20 features (12 with 64 "
-                       "centers or more) on data near the origin, as these blobs are. "
+                       "32 features (above, only the GEMM kernel exists), \"certified GEMM "
+                       "kernel only\" with the GEMM kernel from any dimension (its probe "
+                       "accepts these blobs near the origin): dqkm picks the certified GEMM "
+                       "kernel from 12 features with 64 centers or more, and with fewer "
+                       "float64 X from 20 features, float32 X never up to 32. "
                        "\"numba's GEMM per tile\": above 32 features (float32 labels not "
                        "certified) dqkm forms each tile's products with NumPy's BLAS from a "
                        "loop over tiles of up to 2048 rows; this column is the same kernel "

@@ -10,8 +10,8 @@ memory once per pass.
 
 At low dimension the expansion loses the distances to cancellation on data
 far from the origin, and below ``_GEMM_MIN_D`` features (``_GEMM_MIN_D_MANY`` from
-``_MANY_CENTERS`` centers) the GEMM is a poor use of the machine (its inner
-dimension is ``n_features``).  There the assignment
+``_MANY_CENTERS`` centers; float32 X with fewer centers up to ``_DIRECT_MAX_D``)
+the GEMM is a poor use of the machine (its inner dimension is ``n_features``).  There the assignment
 computes ``Σ_f (x_f − c_f)²`` directly, across a transposed tile of rows in SIMD
 lanes (:mod:`dqkm.kernels._direct`).  From ``_GEMM_MIN_D`` to ``_DIRECT_MAX_D``
 features a block goes to the GEMM kernel with certified labels (below) when a
@@ -56,10 +56,12 @@ __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_pr
 # _direct, or the GEMM kernel with its certification); above it float32 X keeps the
 # float32 GEMM's rounding.  Below _GEMM_MIN_D features (_GEMM_MIN_D_MANY with at least
 # _MANY_CENTERS centers, where the direct kernel's compare-and-select per center costs
-# more) always the direct kernel; from there the GEMM kernel where a probe of
-# _PROBE_ROWS rows finds its certification cheap.  See the module docstring.
+# more; _GEMM_MIN_D_F32 for float32 X with fewer centers) always the direct kernel;
+# from there the GEMM kernel where a probe of _PROBE_ROWS rows finds its certification
+# cheap (_gemm_min_d).  See the module docstring.
 _DIRECT_MAX_D = 32
 _GEMM_MIN_D = 20
+_GEMM_MIN_D_F32 = _DIRECT_MAX_D + 1  # float32, K < 64: the direct kernel up to 32 features
 _GEMM_MIN_D_MANY = 12
 _MANY_CENTERS = 64
 _NO_LOW = np.empty(0)  # no lower bounds wanted (the numba kernels' empty argument)
@@ -197,6 +199,13 @@ def squared_norms(A):
     return np.einsum("ij,ij->i", A, A, dtype=np.float64).astype(A.dtype, copy=False)
 
 
+def _gemm_min_d(k, dtype):
+    """The fewest features from which the GEMM kernel may serve ``k`` centers."""
+    if k >= _MANY_CENTERS:
+        return _GEMM_MIN_D_MANY
+    return _GEMM_MIN_D_F32 if dtype == np.float32 else _GEMM_MIN_D
+
+
 def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
     """:func:`_direct` up to ``_DIRECT_MAX_D`` features, else :func:`_tiled` with
     the float64 centers and norms it falls back to; ``low`` (float64, one entry
@@ -207,7 +216,7 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
     X's dtype (float32 centers beyond ~1e19) every tile is assigned in float64.
     """
     d = X.shape[1]
-    if d < (_GEMM_MIN_D_MANY if centers.shape[0] >= _MANY_CENTERS else _GEMM_MIN_D):
+    if d < _gemm_min_d(centers.shape[0], X.dtype):
         return _run_direct(X, centers, sums, counts, labels, mind, with_sums, low=low)
     c64 = np.ascontiguousarray(centers, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):

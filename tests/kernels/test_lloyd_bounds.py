@@ -197,7 +197,8 @@ def test_rescan_by_gemm_gives_the_exact_labels_on_near_ties_far_from_the_origin(
     pass's GEMM kernel (whose probe would hand such data to the direct kernel),
     so its near-ties' exact second distances are the lower bounds."""
     gemm = []
-    if d >= L._GEMM_MIN_D:
+    if d >= L._GEMM_MIN_D:  # float32 too (the rule keeps few centers on the direct kernel)
+        monkeypatch.setattr(L, "_GEMM_MIN_D_F32", L._GEMM_MIN_D)
         monkeypatch.setattr(L, "_certifies_cheaply", lambda *a: True)
         real = L._tiled
         monkeypatch.setattr(L, "_tiled", lambda *a: gemm.append(1) or real(*a))

@@ -19,6 +19,7 @@ def _gemm(X, C, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(L, "_DIRECT_MAX_D", 0)
         m.setattr(L, "_GEMM_MIN_D", 0)
+        m.setattr(L, "_GEMM_MIN_D_F32", 0)
         m.setattr(L, "_GEMM_MIN_D_MANY", 0)
         return L.lloyd_partials(X, C)
 

@@ -10,6 +10,17 @@ import pytest
 
 from dqkm.kernels import lloyd as L
 
+_F32_MIN_D = L._GEMM_MIN_D_F32  # the rule's own value (the fixture below lowers it)
+
+
+@pytest.fixture(autouse=True)
+def _float32_gemm_eligible(monkeypatch):
+    """These tests exercise the certified GEMM kernel on float32 X too, which the
+    rule keeps for 64 centers or more (fewer: the direct kernel up to 32 features,
+    the faster one there): float32 X here is eligible from ``_GEMM_MIN_D``, as
+    float64 X is."""
+    monkeypatch.setattr(L, "_GEMM_MIN_D_F32", L._GEMM_MIN_D)
+
 
 def _blobs(n, d, k, offset, seed, spread=1.0):
     rng = np.random.default_rng(seed)
@@ -25,8 +36,8 @@ def _exact_labels(X, C):
 
 def _direct_only(X, C, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(L, "_GEMM_MIN_D", L._DIRECT_MAX_D + 1)
-        m.setattr(L, "_GEMM_MIN_D_MANY", L._DIRECT_MAX_D + 1)
+        for name in ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY"):
+            m.setattr(L, name, L._DIRECT_MAX_D + 1)
         return L.lloyd_partials(X, C)
 
 
@@ -43,7 +54,7 @@ def _spy_direct(monkeypatch):
 def test_gemm_serves_data_near_the_origin_with_the_direct_kernels_results(dtype, d, k,
                                                                           monkeypatch):
     # from _GEMM_MIN_D features, or _GEMM_MIN_D_MANY with _MANY_CENTERS centers or more
-    assert (L._GEMM_MIN_D_MANY if k >= L._MANY_CENTERS else L._GEMM_MIN_D) <= d
+    assert L._gemm_min_d(k, np.dtype(dtype)) <= d
     assert d <= L._DIRECT_MAX_D
     X, C = _blobs(3000, d, k, 0.0, d)
     X, C = X.astype(dtype), C.astype(dtype)
@@ -121,3 +132,18 @@ def test_below_the_gemm_threshold_and_on_small_blocks_the_direct_kernel_serves(m
     X, C = _blobs(3000, dm, L._MANY_CENTERS, 0.0, 1)
     L.lloyd_partials(X.astype(np.float32), C.astype(np.float32))
     assert calls == [d, 24, dm]
+
+
+@pytest.mark.parametrize("d", [20, 24, 32])
+def test_float32_with_few_centers_keeps_the_direct_kernel_up_to_32_features(d, monkeypatch):
+    """The rule itself (no fixture): below 64 centers float32 X goes to the direct
+    kernel up to ``_DIRECT_MAX_D`` features (measured faster there,
+    benchmarks/bench_lloyd_kernel.py); float64 X from ``_GEMM_MIN_D``, and either
+    dtype from ``_GEMM_MIN_D_MANY`` with 64 centers or more, to the GEMM kernel."""
+    monkeypatch.setattr(L, "_GEMM_MIN_D_F32", _F32_MIN_D)
+    calls = _spy_direct(monkeypatch)
+    for dtype, k in ((np.float32, 16), (np.float64, 16), (np.float32, L._MANY_CENTERS)):
+        X, C = _blobs(3000, d, k, 0.0, d)
+        L.lloyd_partials(X.astype(dtype), C.astype(dtype))
+    assert calls == [d]  # only the float32 block with few centers
+    assert L._gemm_min_d(63, np.dtype(np.float32)) == L._DIRECT_MAX_D + 1
