@@ -8,9 +8,10 @@ cache (:func:`~dqkm.kernels._finish._finish_tile`: exact float64 distances,
 sums, counts).  The GEMM is numba's ``np.dot`` inside :func:`_tiled`, or
 NumPy's (``numpy.dot``) from a Python loop over larger tiles in
 :func:`_tiled_blas`, where the labels are not certified (float32 X above the
-direct kernel's dimension): about 10 % faster per chunk at 256 features and as
-fast at 48–64 (``benchmarks/bench_lloyd_kernel.py``), slower on the certified
-float64 path, whose certification wants the smaller tiles.  Both finish alike:
+direct kernel's dimension): 12–22 % less time per chunk at 48–256 features with
+16 centers and at 256 with 64, as much at 48–64 with 64
+(``benchmarks/bench_lloyd_kernel.py``); slower on the certified float64 path,
+whose certification wants the smaller tiles.  Both finish alike:
 for the same labels the same sums, distances and objective; a near-tie's
 uncertified float32 label follows the rounding of the BLAS that formed it.
 """
