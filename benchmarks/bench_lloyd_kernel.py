@@ -68,29 +68,27 @@ def _cpu(fn):
     return time.thread_time() - t0
 
 
-def _direct_only(X, C):
+def _gemm_from(min_d, X, C):
+    """dqkm's step with the GEMM kernel allowed from ``min_d`` features, whatever the
+    dtype and the number of centers (its probe still decides)."""
     names = ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
     saved = [getattr(lloyd_kernels, name) for name in names]
     for name in names:
-        setattr(lloyd_kernels, name, lloyd_kernels._DIRECT_MAX_D + 1)
+        setattr(lloyd_kernels, name, min_d)
     try:
         return lloyd_partials(X, C)
     finally:
         for name, value in zip(names, saved):
             setattr(lloyd_kernels, name, value)
+
+
+def _direct_only(X, C):
+    return _gemm_from(lloyd_kernels._DIRECT_MAX_D + 1, X, C)
 
 
 def _gemm_only(X, C):
     """dqkm with the certified GEMM kernel wherever its probe allows (up to 32 features)."""
-    names = ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
-    saved = [getattr(lloyd_kernels, name) for name in names]
-    for name in names:
-        setattr(lloyd_kernels, name, 0)
-    try:
-        return lloyd_partials(X, C)
-    finally:
-        for name, value in zip(names, saved):
-            setattr(lloyd_kernels, name, value)
+    return _gemm_from(0, X, C)
 
 
 def _numba_gemm(X, C):
