@@ -83,7 +83,7 @@ def _mark_overflow(best64, t, mind, start):  # OUT mind
     return found
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")  # in _tiled's loop as it was written there
 def _after_gemm(X, start, stop, gT, again, centers, half_norms, centers64, half64, exact, scale,
                 cmax, sums, counts, labels, mind, with_sums, low, best, sec, lab, best64,
                 objective):  # OUT sums, counts, labels, mind, low, best, sec, lab, best64
@@ -125,10 +125,9 @@ def _tile_buffers(k, tile, dtype):
 
 @njit(nogil=True, cache=True)
 def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax, sums, counts,
-           labels, mind, with_sums, tile, low, gbuf, best, sec, lab,
-           best64):  # OUT sums, counts, labels, mind, low, gbuf, best, sec, lab, best64
+           labels, mind, with_sums, tile, low):  # OUT sums, counts, labels, mind, low
     """One GEMM per tile of ``tile`` rows (:func:`_gemm_tile`), finished while the tile
-    is in cache (:func:`_after_gemm`); the buffers from :func:`_tile_buffers`.
+    is in cache (:func:`_after_gemm`).
 
     The products are formed as ``C·X_tileᵀ`` (K × tile) for the column-wise
     argmin of :func:`_argmin_columns`; then each row's exact distance and
@@ -145,6 +144,11 @@ def _tiled(X, centers, half_norms, centers64, half64, use64, exact, scale, cmax,
     assigned again in float64).
     """
     objective = 0.0
+    best = np.empty(tile, dtype=X.dtype)
+    sec = np.empty(tile, dtype=X.dtype)
+    lab = np.empty(tile, dtype=np.int32)
+    best64 = np.empty(tile, dtype=np.float64)
+    gbuf = np.empty((centers.shape[0], tile), dtype=X.dtype)
     for start in range(0, X.shape[0], tile):
         stop = min(start + tile, X.shape[0])
         gT = gbuf

@@ -46,7 +46,7 @@ from numba import njit
 from ._direct import argmin_direct, transpose_tile
 from ._finish import _FASTMATH, _finish_row, _finish_tile, _rows_given_labels
 from ._exact import _certifies_cheaply, _certify_direct, _direct_rounding, exact_sq_dist
-from ._gemm import _TILE, _blas_tile, _gemm_tile, _mark_overflow, _tile_buffers, _tiled, _tiled_blas
+from ._gemm import _TILE, _blas_tile, _gemm_tile, _mark_overflow, _tiled, _tiled_blas
 
 __all__ = ["lloyd_partials", "assign_labels", "squared_norms", "partials_from_products",
            "partials_from_labels", "weighted_cluster_sums", "lloyd_partials_weighted",
@@ -240,7 +240,7 @@ def _run_tiled(X, centers, sums, counts, labels, mind, with_sums, low=None):
                                labels, mind, with_sums, _blas_tile(k, d, X.dtype.itemsize), low)
         tile = _gemm_tile(k, d, X.dtype.itemsize)
         return _tiled(X, centers, half, c64, half64, use64, exact, scale, cmax, sums, counts,
-                      labels, mind, with_sums, tile, low, *_tile_buffers(k, tile, X.dtype))
+                      labels, mind, with_sums, tile, low)
 
 
 def certified_pass(dtype, n_features):
