@@ -68,18 +68,23 @@ def _cpu(fn):
     return time.thread_time() - t0
 
 
-def _gemm_from(min_d, X, C):
-    """dqkm's step with the GEMM kernel allowed from ``min_d`` features, whatever the
-    dtype and the number of centers (its probe still decides)."""
-    names = ("_GEMM_MIN_D", "_GEMM_MIN_D_F32", "_GEMM_MIN_D_MANY")
-    saved = [getattr(lloyd_kernels, name) for name in names]
-    for name in names:
-        setattr(lloyd_kernels, name, min_d)
+def _step_with(X, C, **settings):
+    """dqkm's step with the kernel module's ``settings`` (its thresholds and
+    switches) in place of its own, restored after."""
+    saved = {name: getattr(lloyd_kernels, name) for name in settings}
+    for name, value in settings.items():
+        setattr(lloyd_kernels, name, value)
     try:
         return lloyd_partials(X, C)
     finally:
-        for name, value in zip(names, saved):
+        for name, value in saved.items():
             setattr(lloyd_kernels, name, value)
+
+
+def _gemm_from(min_d, X, C):
+    """dqkm's step with the GEMM kernel allowed from ``min_d`` features, whatever the
+    dtype and the number of centers (its probe still decides)."""
+    return _step_with(X, C, _GEMM_MIN_D=min_d, _GEMM_MIN_D_F32=min_d, _GEMM_MIN_D_MANY=min_d)
 
 
 def _direct_only(X, C):
@@ -92,12 +97,7 @@ def _gemm_only(X, C):
 
 
 def _numba_gemm(X, C):
-    saved = lloyd_kernels._BLAS_TILES
-    lloyd_kernels._BLAS_TILES = False
-    try:
-        return lloyd_partials(X, C)
-    finally:
-        lloyd_kernels._BLAS_TILES = saved
+    return _step_with(X, C, _BLAS_TILES=False)
 
 
 def measure(n, d, k, repeat, seed=0):
