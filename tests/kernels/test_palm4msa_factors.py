@@ -64,8 +64,11 @@ def test_through_factors_equals_dense_unguarded_and_weighted(digits, shape):
 def test_hierarchical_through_factors_equals_dense(digits):
     A = _target("digits", 32, 64, digits)
     cons = default_constraints(32, 64, sparsity=3)
-    # 2(Q - 1) runs chained: the float32 rounding of the reference compounds (~1e-4)
-    kw = dict(n_iter=15, adaptive_step=True)
+    # 2(Q - 1) runs chained: the float32 rounding of the reference compounds (~1e-4), and
+    # with longer runs it can flip a near-tie of a Splincol projection, after which the
+    # two paths part (10 and 15 iterations per run on an AVX-512 Zen 4 machine: 783 vs
+    # 792 non-zeros); 5 per run keep them within rounding
+    kw = dict(n_iter=5, adaptive_step=True)
     _same(hierarchical_palm4msa(A, cons, method="factors", **kw),
           hierarchical_palm4msa(A, cons, method="dense", **kw), rtol=1e-3, atol=1e-4)
 
