@@ -17,12 +17,14 @@ from ..kernels.factor_offset import add_offset, split_offset
 
 # The progress budget of QK-means's initial factorisation (relative-error improvement
 # per iteration; palm_iter_init stays the cap): splits and the global runs of levels
-# 1 … Q−2 stop at _SPLIT_TOL, the last global run at _LAST_TOL.  The Lloyd iterations
-# refit the factors anyway (benchmarks/bench_qkmeans.py parts 4 and 6 measure it).
+# 1 … Q−2 stop at _SPLIT_TOL, the last global run at _LAST_TOL.  The init only seeds the
+# first assignment, and the Lloyd iterations refit the factors: with the tighter
+# _FULL_BUDGET it cost more for no lower objective (benchmarks/bench_qk_budget.py).
 _SPLIT_TOL = 3e-3
 _LAST_TOL = 1e-3
 _FIT_BUDGET = dict(split_tol=_SPLIT_TOL, tol=_LAST_TOL)
-# factorize_centroids, the hierarchical refits and an init followed by them
+# the hierarchical refits and factorize_centroids ("K-means + palm4MSA"): on the
+# progress budget the refits' objective rose (benchmarks/bench_qk_budget.py)
 _FULL_BUDGET = dict(split_tol=1e-3, tol=1e-4)
 
 
@@ -30,8 +32,9 @@ def _hierarchical(A, constraints, *, n_iter, fixed_left=None, paper=False, budge
     """Hierarchical palm4MSA as QK-means runs it: adaptive step in the global runs
     and the geometric residual rule (both in docs/ALGORITHMS.md, with the objective
     ratios they buy on digits); every run stops on progress under the cap ``n_iter``
-    (``budget="fit"``: QK-means's ``_SPLIT_TOL`` / ``_LAST_TOL``; ``"full"``: the
-    kernel's tighter defaults, for :func:`factorize_centroids`).  ``paper``: the
+    (``budget="fit"``: QK-means's ``_SPLIT_TOL`` / ``_LAST_TOL``, its initial
+    factorisation; ``"full"``: the kernel's tighter defaults, for the hierarchical
+    refits and :func:`factorize_centroids`).  ``paper``: the
     published settings — plain PALM (step 1/c, no safeguard), the product residual
     rule, ``n_iter`` iterations per run without early stop."""
     if paper:

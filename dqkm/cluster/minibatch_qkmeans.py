@@ -180,7 +180,9 @@ class MiniBatchQKMeans(MiniBatchKMeans):
         constraints = self._constraints(Xd.shape[1])
         state = _QKState(centers=np.asarray(centers, dtype=np.float64),
                          weight_sums=np.zeros(self.n_clusters))
-        state.set_factors(self._proxy()._factorize(centers, constraints))
+        # the tighter budget: every batch up to the first refit is assigned by these
+        # factors (QKMeans refits after one pass; its init takes the progress budget)
+        state.set_factors(self._proxy()._factorize(centers, constraints, budget="full"))
         return state
 
     def _refit(self, state):

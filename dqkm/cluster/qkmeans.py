@@ -152,9 +152,10 @@ class QKMeans(KMeans):
         iterations use the warm start only.  0:
         warm-started palm4MSA only — but with dqkm's safeguarded adaptive
         step, not Algorithm 1 as published (that is ``variant="paper"``).
-        Each hierarchical refit costs about one initial factorisation
-        (docs/algorithms/qkmeans.md); the first iteration gains most (its
-        target moved far from the k-means++ centroids the init factorised).
+        Each hierarchical refit costs about one to three initial
+        factorisations (its hierarchical run stops on the tighter budget,
+        see Notes); the first iteration gains most (its target moved far
+        from the k-means++ centroids the init factorised).
         ``hierarchical_refits >= max_iter`` refits in every iteration: on
         digits (K = 10, s = 5) QK-means then ends below K-means + palm4MSA
         on average (the journal's Table 3; on 4 of 5 seeds, 0.9 % above on
@@ -216,16 +217,17 @@ class QKMeans(KMeans):
     Defaults and their cost: the initial factorisation is hierarchical
     palm4MSA, ``palm_iter_init`` iterations at most per run; the 2-factor
     splits and the global runs of levels before the last stop after the
-    first iteration that improves their error by at most 0.1 %, the last
-    global run at 0.01 % (with ``hierarchical_refits=0``: 0.3 % and 0.1 %) —
-    about ``Σ_l (iterations of level l)·(l + 1)`` factor updates; each factor
-    update costs ``O(Q·s·A·B)`` through the sparse factors (A = min(K, D),
-    B = max(K, D)).  Every Lloyd iteration then runs
-    warm-started palm4MSA until it improves by at most ``palm_tol``
-    (``palm_iter`` at most).  ``hierarchical_refits=k`` adds a hierarchical
-    refit in iterations 1 … k, each about one initial factorisation with the
-    tighter budget of :func:`factorize_centroids`, which the initial
-    factorisation then uses too.
+    first iteration that improves their error by at most 0.3 %, the last
+    global run at 0.1 % — about ``Σ_l (iterations of level l)·(l + 1)``
+    factor updates; each factor update costs ``O(Q·s·A·B)`` through the
+    sparse factors (A = min(K, D), B = max(K, D)).  Every Lloyd iteration
+    then runs warm-started palm4MSA until it improves by at most
+    ``palm_tol`` (``palm_iter`` at most).  ``hierarchical_refits=k`` adds a
+    hierarchical refit in iterations 1 … k, whose hierarchical run stops on
+    the tighter budget of :func:`factorize_centroids` ("K-means + palm4MSA"),
+    0.1 % and 0.01 %: the factorisation of the cluster means sets the course
+    of the fit, where the init only seeds the first assignment
+    (``benchmarks/bench_qk_budget.py`` measures both).
 
     Attributes
     ----------
@@ -311,15 +313,16 @@ class QKMeans(KMeans):
         which ``variant='paper'`` ignores)."""
         return bool(self.offset) and self.variant != "paper"
 
-    def _factorize(self, centers, constraints):
+    def _factorize(self, centers, constraints, budget="fit"):
+        """The initial factorisation of ``centers``; ``budget`` of the hierarchical
+        runs (:func:`_hierarchical`): QK-means's progress budget, as the init only seeds
+        the first assignment (MiniBatchQKMeans asks for ``"full"``)."""
         paper = self.variant == "paper"
 
         def factorize(A):
             if self.init_factorization == "hierarchical":
-                # hierarchical refits ask for quality over time: the tighter budget throughout
-                budget = "full" if self.hierarchical_refits > 0 else "fit"
-                return _hierarchical(A, constraints, n_iter=self.palm_iter_init, paper=paper,
-                                     budget=budget).factors
+                return _hierarchical(A, constraints, n_iter=self.palm_iter_init,
+                                     paper=paper, budget=budget).factors
             return _palm(A, constraints, n_iter=self.palm_iter_init, paper=paper).factors
 
         A = np.asarray(centers, dtype=np.float64)

@@ -50,6 +50,30 @@ def test_partial_fit_on_chunks_within_2_percent_of_the_full_fit(digits):
     assert mb.factors_.nnz < 10 * 64
 
 
+def test_initial_factorisation_on_the_tighter_budget(digits, monkeypatch):
+    """MiniBatchQKMeans factorises its initial means on the tighter budget (every batch
+    up to the first refit is assigned by those factors), where QKMeans's init takes
+    QK-means's progress budget; its hierarchical refits take the tighter one too."""
+    import dqkm.kernels as kernels
+    from dqkm.cluster import _qk_solvers
+
+    X, init = digits
+    calls, real = [], kernels.hierarchical_palm4msa
+
+    def spy(*a, **kw):
+        calls.append((kw["split_tol"], kw["tol"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kernels, "hierarchical_palm4msa", spy)
+    full = (_qk_solvers._FULL_BUDGET["split_tol"], _qk_solvers._FULL_BUDGET["tol"])
+    _small(init, refit_every=1, hierarchical_refits=1).partial_fit(X[:400])
+    assert calls == [full, full]  # the init, then refit 1 (hierarchical)
+    calls.clear()
+    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter=5, palm_iter_init=20,
+                 hierarchical_refits=0).fit(X)
+    assert calls == [(_qk_solvers._SPLIT_TOL, _qk_solvers._LAST_TOL)]
+
+
 def test_n_partial_fit_calls_equal_one_call_over_the_same_blocks(digits):
     """One partial_fit per batch gives the state of one call on a Dask array whose
     blocks are those batches (refit_every=1: a refit after every batch in both)."""

@@ -141,8 +141,8 @@ def _refit_target(X, start, k):
 
 def _qk_runs(A, U, cons, w, *, n_iter, n_iter_unweighted, start):
     """The palm4MSA runs of the hierarchical refit, with QK-means's settings (adaptive
-    step, geometric residual rule): the plain run on U, it polished on A, and the run
-    warm-started from ``start``."""
+    step, geometric residual rule, the tighter budget): the plain run on U, it polished
+    on A, and the run warm-started from ``start``."""
     from dqkm.kernels import default_residual_constraints, hierarchical_palm4msa, palm4msa
 
     res = default_residual_constraints(cons, rule="geometric")

@@ -1,6 +1,6 @@
 """QKMeans's budget of palm4MSA iterations: the warm refits stop on progress
-(``palm_tol``), the initial factorisation on QK-means's progress budget when
-``hierarchical_refits=0``, and the defaults are the ones the docstring and
+(``palm_tol``), the initial factorisation on QK-means's progress budget, the
+hierarchical refits on the tighter one, and the defaults are the ones the docstring and
 docs/algorithms/qkmeans.md state."""
 
 import re
@@ -60,7 +60,13 @@ def test_zero_palm_tol_runs_every_refit_to_its_cap(digits, warm_runs):
     assert [(cap, n) for cap, _, n, _ in warm_runs] == [(7, 7)] * 3
 
 
-def test_init_budget_is_the_progress_one_unless_refits_or_post_hoc(digits, monkeypatch):
+def test_init_on_the_progress_budget_refits_and_post_hoc_on_the_tighter_one(digits,
+                                                                            monkeypatch):
+    """QKMeans's initial factorisation stops on QK-means's progress budget whatever
+    ``hierarchical_refits`` (it only seeds the first assignment; the tighter budget
+    cost more for no lower objective: docs/algorithms/qkmeans.md); the hierarchical
+    refits on the means and "K-means + palm4MSA" (:func:`dqkm.factorize_centroids`)
+    keep the tighter one."""
     X, init = digits
     calls, real = [], kernels.hierarchical_palm4msa
 
@@ -69,14 +75,16 @@ def test_init_budget_is_the_progress_one_unless_refits_or_post_hoc(digits, monke
         return real(*a, **kw)
 
     monkeypatch.setattr(kernels, "hierarchical_palm4msa", spy)
+    progress = (qkm._SPLIT_TOL, qkm._LAST_TOL)
+    full = (qkm._FULL_BUDGET["split_tol"], qkm._FULL_BUDGET["tol"])
+    assert progress != full
     dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter_init=20,
                  hierarchical_refits=0).fit(X)
-    assert calls == [(qkm._SPLIT_TOL, qkm._LAST_TOL)]
+    assert calls == [progress]
     calls.clear()
-    full = (qkm._FULL_BUDGET["split_tol"], qkm._FULL_BUDGET["tol"])
-    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=1, palm_iter=5, palm_iter_init=20,
-                 hierarchical_refits=1).fit(X)
-    assert calls == [full] * 2  # the init, then the hierarchical refit on the means
+    dqkm.QKMeans(10, sparsity=3, init=init, max_iter=2, palm_iter=5, palm_iter_init=20,
+                 hierarchical_refits=2, objective_tol=0, tol=0).fit(X)
+    assert calls == [progress, full, full]  # the init, then the refits on the means
     calls.clear()
     km = dqkm.KMeans(10, init=init, max_iter=3).fit(X)
     dqkm.factorize_centroids(km, sparsity=3, n_iter=20)
