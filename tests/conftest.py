@@ -244,3 +244,19 @@ def blobs64():
 
     X, y = make_blobs(3000, 8, centers=5, cluster_std=1.5, random_state=0)
     return X, y
+
+
+@pytest.fixture
+def hierarchical_budgets(monkeypatch):
+    """``(split_tol, tol)`` of every ``dqkm.kernels.hierarchical_palm4msa`` call during
+    the test, in call order (QK-means looks its kernels up there at call time)."""
+    import dqkm.kernels as kernels
+
+    calls, real = [], kernels.hierarchical_palm4msa
+
+    def spy(*a, **kw):
+        calls.append((kw["split_tol"], kw["tol"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kernels, "hierarchical_palm4msa", spy)
+    return calls

@@ -7,6 +7,7 @@ from sklearn.datasets import load_digits, make_blobs
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import dqkm
+from dqkm.cluster import _qk_solvers
 from dqkm.exceptions import DataError
 from dqkm.parallel import stream
 
@@ -50,21 +51,12 @@ def test_partial_fit_on_chunks_within_2_percent_of_the_full_fit(digits):
     assert mb.factors_.nnz < 10 * 64
 
 
-def test_initial_factorisation_on_the_tighter_budget(digits, monkeypatch):
+def test_initial_factorisation_on_the_tighter_budget(digits, hierarchical_budgets):
     """MiniBatchQKMeans factorises its initial means on the tighter budget (every batch
     up to the first refit is assigned by those factors), where QKMeans's init takes
     QK-means's progress budget; its hierarchical refits take the tighter one too."""
-    import dqkm.kernels as kernels
-    from dqkm.cluster import _qk_solvers
-
     X, init = digits
-    calls, real = [], kernels.hierarchical_palm4msa
-
-    def spy(*a, **kw):
-        calls.append((kw["split_tol"], kw["tol"]))
-        return real(*a, **kw)
-
-    monkeypatch.setattr(kernels, "hierarchical_palm4msa", spy)
+    calls = hierarchical_budgets
     full = (_qk_solvers._FULL_BUDGET["split_tol"], _qk_solvers._FULL_BUDGET["tol"])
     _small(init, refit_every=1, hierarchical_refits=1).partial_fit(X[:400])
     assert calls == [full, full]  # the init, then refit 1 (hierarchical)
