@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import dqkm  # noqa: E402
 from dqkm.cluster import _qk_solvers  # noqa: E402
 from _report import add_markdown_option, capture_stdout, markdown_table, write_page  # noqa: E402
+from bench_qk_objective import upsampled_digits  # noqa: E402
 
 _NOTES = """\
 What `bench_qk_budget.py` measures is in its docstring: whole `QKMeans` fits at their
@@ -78,16 +79,6 @@ def budget(name):
         yield
     finally:
         _qk_solvers._FIT_BUDGET, _qk_solvers._FULL_BUDGET = saved
-
-
-def upsampled_digits(n, seed=0):
-    from scipy.ndimage import zoom
-    from sklearn.datasets import load_digits
-
-    imgs = load_digits().images
-    up = zoom(imgs, (1, 4, 4), order=1).reshape(len(imgs), 1024)
-    rng = np.random.default_rng(seed)
-    return (up[rng.integers(0, len(up), n)] + rng.normal(0, 0.5, (n, 1024))).astype(np.float32)
 
 
 def fit(name, **kw):
@@ -130,7 +121,7 @@ def digits_part(settings, seeds):
 
 
 def upsampled_part(n, K):
-    X = upsampled_digits(n)
+    X = upsampled_digits(n, 4)  # 8 × 8 images zoomed 4 ×: 1024 features
     print(f"\n## digits upsampled to 1024 features: {n:,} × 1024, K = {K}, sparsity 5, "
           "random_state=0\n", flush=True)
     t0 = time.perf_counter()
