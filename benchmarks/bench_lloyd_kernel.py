@@ -7,8 +7,9 @@ in {2, 3, 8, 16, 20, 24, 28, 32, 48, 64, 256}: :func:`dqkm.kernels.lloyd.lloyd_p
 dense Lloyd step (labels and new centers), the same data and centers.  Up to 32
 features dqkm's direct kernel alone and its certified GEMM kernel alone are timed
 as well: the columns that set where dqkm picks the GEMM kernel (``_GEMM_MIN_D``,
-``_GEMM_MIN_D_F32``, ``_GEMM_MIN_D_MANY``); above 32 features dqkm with numba's
-GEMM per tile instead of NumPy's (``_BLAS_TILES`` off), the path before.  The
+``_GEMM_MIN_D_F32``, ``_GEMM_MIN_D_MANY``); above 32 features dqkm with NumPy's
+BLAS per tile (``_BLAS_TILES`` on) instead of numba's: the column that sets
+``_BLAS_TILES``.  The
 runs alternate, ``--repeat`` per method and D; the table gives the fastest time
 of each and the ratio of the fastest times.  scikit-learn's step is a private
 function: it is used here only as the peer.
@@ -96,13 +97,13 @@ def _gemm_only(X, C):
     return _gemm_from(0, X, C)
 
 
-def _numba_gemm(X, C):
-    return _step_with(X, C, _BLAS_TILES=False)
+def _numpy_gemm(X, C):
+    return _step_with(X, C, _BLAS_TILES=True)
 
 
 def measure(n, d, k, repeat, seed=0):
     """Fastest CPU seconds of one step: dqkm, dqkm's direct kernel and its certified
-    GEMM kernel (None above ``_DIRECT_MAX_D`` features), dqkm with numba's GEMM per
+    GEMM kernel (None above ``_DIRECT_MAX_D`` features), dqkm with NumPy's BLAS per
     tile (None up to ``_DIRECT_MAX_D``), scikit-learn; whether the labels agree."""
     X, C = _blobs(n, d, k, seed)
     fns = {"dqkm": lambda: lloyd_partials(X, C), "sklearn": _sklearn_step(X, C)}
@@ -110,7 +111,7 @@ def measure(n, d, k, repeat, seed=0):
         fns["direct"] = lambda: _direct_only(X, C)
         fns["gemm"] = lambda: _gemm_only(X, C)
     else:
-        fns["numba"] = lambda: _numba_gemm(X, C)
+        fns["numpy"] = lambda: _numpy_gemm(X, C)
     for fn in fns.values():
         fn()
     same = bool(np.array_equal(fns["dqkm"]()[3], fns["sklearn"]()))
@@ -118,7 +119,7 @@ def measure(n, d, k, repeat, seed=0):
     for _ in range(repeat):
         for name, fn in fns.items():
             best[name] = min(best[name], _cpu(fn))
-    return (best["dqkm"], best.get("direct"), best.get("gemm"), best.get("numba"),
+    return (best["dqkm"], best.get("direct"), best.get("gemm"), best.get("numpy"),
             best["sklearn"], same)
 
 
@@ -141,14 +142,14 @@ def main():
         print(f"{args.rows} rows float32, K in {args.k}, one thread, CPU ms per step "
               f"(fastest of {args.repeat})")
         headers = ["K", "D", "dqkm ms", "dqkm, direct kernel only ms",
-                   "dqkm, certified GEMM kernel only ms", "dqkm, numba's GEMM per tile ms",
+                   "dqkm, certified GEMM kernel only ms", "dqkm, NumPy's BLAS per tile ms",
                    "sklearn ms", "dqkm ÷ sklearn", "same labels"]
         print("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers))
         for k in map(int, args.k.split(",")):
             for d in map(int, args.dims.split(",")):
-                a, direct, gemm, nb, b, same = measure(args.rows, d, k, args.repeat)
+                a, direct, gemm, npy, b, same = measure(args.rows, d, k, args.repeat)
                 rows.append([k, d, f"{a * 1e3:.2f}"] + [
-                    "–" if v is None else f"{v * 1e3:.2f}" for v in (direct, gemm, nb)]
+                    "–" if v is None else f"{v * 1e3:.2f}" for v in (direct, gemm, npy)]
                     + [f"{b * 1e3:.2f}", f"{a / b:.2f}", same])
                 print("| " + " | ".join(map(str, rows[-1])) + " |", flush=True)
     if args.markdown:
@@ -166,11 +167,12 @@ def main():
                        "accepts these blobs near the origin): dqkm picks the certified GEMM "
                        "kernel from 12 features with 64 centers or more, and with fewer "
                        "float64 X from 20 features, float32 X never up to 32. "
-                       "\"numba's GEMM per tile\": above 32 features (float32 labels not "
-                       "certified) dqkm forms each tile's products with NumPy's BLAS from a "
-                       "loop over tiles of up to 2048 rows; this column is the same kernel "
-                       "with numba's `np.dot` (SciPy's bundled OpenBLAS) inside one compiled "
-                       "loop over smaller tiles, the path before. \"same labels\": dqkm's "
+                       "\"NumPy's BLAS per tile\": above 32 features (float32 labels not "
+                       "certified) dqkm forms each tile's products with numba's `np.dot` "
+                       "(SciPy's bundled OpenBLAS) inside its compiled loop over tiles that "
+                       "keep the finishing loop in cache; this column is the same kernel "
+                       "with NumPy's BLAS called from a Python loop over tiles of up to "
+                       "2048 rows (`_BLAS_TILES`, off). \"same labels\": dqkm's "
                        "labels equal scikit-learn's (float32 GEMMs of both may round a "
                        "near-tie apart)."))
 

@@ -5,13 +5,14 @@ Each tile's products are formed, their column-wise argmin taken
 near-ties on certified passes, :mod:`._exact`), a tile whose products
 overflowed is assigned again in float64, and the tile is finished while in
 cache (:func:`~dqkm.kernels._finish._finish_tile`: exact float64 distances,
-sums, counts).  The GEMM is numba's ``np.dot`` inside :func:`_tiled`, or
-NumPy's (``numpy.dot``) from a Python loop over larger tiles in
-:func:`_tiled_blas`, where the labels are not certified (float32 X above the
-direct kernel's dimension): 12–22 % less time per chunk at 48–256 features with
-16 centers and at 256 with 64, as much at 48–64 with 64
-(``benchmarks/bench_lloyd_kernel.py``); slower on the certified float64 path,
-whose certification wants the smaller tiles.  Both finish alike:
+sums, counts).  The GEMM is numba's ``np.dot`` inside :func:`_tiled`, or,
+where the labels are not certified (float32 X above the direct kernel's
+dimension) and ``lloyd._BLAS_TILES`` is set, NumPy's (``numpy.dot``) from a
+Python loop over larger tiles in :func:`_tiled_blas`.  Which one is faster
+depends on the machine's BLAS builds and caches: one 2-core machine measured
+NumPy's tiles 12–22 % faster at 48–256 features, another (AVX-512, 1 MB L2)
+numba's 13–26 % faster (``benchmarks/bench_lloyd_kernel.py`` times both; the
+flag follows the latest run).  Both finish alike:
 for the same labels the same sums, distances and objective; a near-tie's
 uncertified float32 label follows the rounding of the BLAS that formed it.
 """
@@ -168,9 +169,10 @@ def _tiled_blas(X, centers, half_norms, centers64, half64, exact, scale, cmax, s
     """:func:`_tiled` with each tile's GEMM by NumPy (``numpy.dot``), the rest by
     :func:`_after_gemm` (``use64`` False: the caller takes the float64 path itself).
 
-    NumPy's BLAS is the faster one on this machine (numba's ``np.dot`` calls
-    SciPy's bundled OpenBLAS, another build); the tiles are larger
-    (:func:`_blas_tile`) so that a call from Python costs nothing beside its GEMM.
+    Used where ``lloyd._BLAS_TILES`` is set: NumPy's BLAS was the faster one on
+    one machine (numba's ``np.dot`` calls SciPy's bundled OpenBLAS, another
+    build; see the module docstring); the tiles are larger (:func:`_blas_tile`) so
+    that a call from Python costs nothing beside its GEMM.
     """
     gbuf, best, sec, lab, best64 = _tile_buffers(centers.shape[0], tile, X.dtype)
     objective = 0.0

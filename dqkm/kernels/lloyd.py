@@ -66,9 +66,12 @@ _GEMM_MIN_D_MANY = 12
 _MANY_CENTERS = 64
 _NO_LOW = np.empty(0)  # no lower bounds wanted (the numba kernels' empty argument)
 _PROBE_ROWS = 64
-# The uncertified GEMM path forms its products by NumPy's BLAS (module _gemm); False:
-# numba's, as the certified path (benchmarks/bench_lloyd_kernel.py times both).
-_BLAS_TILES = True
+# True: the uncertified GEMM path forms its products by NumPy's BLAS from a Python loop
+# over larger tiles (module _gemm); False: by numba's np.dot inside the compiled tile
+# loop, as the certified path.  benchmarks/bench_lloyd_kernel.py times both: numba's
+# tiles took 13-26 % less time per chunk at every D and K it measures above 32 features
+# (on another machine, NumPy's 12-22 % less: see module _gemm).
+_BLAS_TILES = False
 
 
 @njit(nogil=True, cache=True, fastmath=_FASTMATH)
