@@ -19,7 +19,7 @@ from numba import njit
 
 from ._direct import _select1, argmin_direct
 
-__all__ = ["exact_sq_dist"]
+__all__ = ["exact_sq_dist", "bound_sq_dist"]
 
 # as in .lloyd: reassociation lets LLVM vectorise
 _FASTMATH = {"reassoc", "contract", "nsz"}
@@ -29,6 +29,20 @@ _FASTMATH = {"reassoc", "contract", "nsz"}
 def exact_sq_dist(X, r, centers, j):
     """``‖X[r] − centers[j]‖²`` summed in float64 in feature order: the distance
     every dense kernel's labels are defined by (lowest index on ties)."""
+    acc = 0.0
+    for f in range(X.shape[1]):
+        u = np.float64(X[r, f]) - np.float64(centers[j, f])
+        acc += u * u
+    return acc
+
+
+@njit(nogil=True, cache=True, fastmath=_FASTMATH)
+def bound_sq_dist(X, r, centers, j):
+    """``‖X[r] − centers[j]‖²`` in float64 in any order of summation (vectorised):
+    for bounds only, never for labels.  Its terms are non-negative, so it is within
+    a relative ``2·D·u`` (u = 2⁻⁵³) of :func:`exact_sq_dist` — below 1e-10 up to
+    ~10⁵ features, far inside the bounds' outward rounding
+    (:data:`dqkm.kernels.bounds_geometry._EPS`)."""
     acc = 0.0
     for f in range(X.shape[1]):
         u = np.float64(X[r, f]) - np.float64(centers[j, f])
@@ -250,7 +264,7 @@ def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper
     dtype, each within a relative ``margin/2`` (plus ``tiny``) of the exact one
     (:func:`dqkm.kernels.lloyd._direct_rounding`).  Where the second exceeds
     the smallest by more than that, the label is the exact one, the upper bound
-    is its exact distance and the second, lowered by the margin, bounds every
+    is its distance (:func:`bound_sq_dist`, rounded outward) and the second, lowered by the margin, bounds every
     other center's distance from below; a near-tie (or a row whose distances
     overflow or hold NaN) is scanned exactly (:func:`_scan`).  The labels are
     those of :func:`_rescan`."""
@@ -277,7 +291,7 @@ def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper
             sv = np.float64(sec[i])
             if np.isfinite(b) and sv - b > margin * b + tiny:
                 a = lab[i]
-                e = exact_sq_dist(X, r, centers, a)
+                e = bound_sq_dist(X, r, centers, a)  # the upper bound's distance only
                 second = max(sv * (1.0 - margin) - tiny, 0.0)
             else:
                 a, e, second = _scan(X, r, CT, d2)

@@ -18,7 +18,12 @@ rounded outward by a relative margin far above float64 rounding
 up, so a bound stays valid for the exact distances.  Distances are computed
 in float64; the labels are those of the float64 distances with the lowest
 index on ties (:func:`dqkm.kernels.lloyd.exact_sq_dist`), which is how the
-Lloyd kernels certify theirs: the labels are identical.
+Lloyd kernels certify theirs: the labels are identical.  A distance that only
+sets an upper bound (a row's tightened bound, a rescanned row's new one) is
+summed in any order (:func:`~dqkm.kernels._exact.bound_sq_dist`, vectorised):
+within ~2·D·2⁻⁵³ relatively of the exact one, far inside ``_EPS``.  The exact
+sum in feature order is one dependent chain of additions per row, which
+dominated a step once most rows keep their bounds.
 
 The sums, counts, per-row distances and objective are accumulated by the
 Lloyd kernel's finishing loop, so for the same labels they are bit-identical
@@ -41,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._exact import _rescan_direct, _scan, exact_sq_dist
+from ._exact import _rescan_direct, _scan, bound_sq_dist, exact_sq_dist
 from .bounds_geometry import _EPS, center_geometry, center_separations
 from .bounds_pack import pack_state
 from .lloyd import (_DIRECT_MAX_D, _direct_rounding, _direct_tile, _finish_tile, _outputs, _prepare,
@@ -116,7 +121,7 @@ def _hamerly_rows(X, centers, labels, upper, lower, shift, half_sep, eps, todo, 
         a = labels[r]
         if a >= 0:
             computed += 1
-            u = np.sqrt(_sq_dist(X, r, centers, a)) * up
+            u = np.sqrt(bound_sq_dist(X, r, centers, a)) * up  # a bound: any order
             if u < max(half_sep[a], lower[r]):
                 upper[r] = u
                 continue
@@ -142,7 +147,9 @@ def _resolve_row(X, r, centers, CT, g, rn, cn, err, d2, lb, want_lb):  # OUT d2,
     float64 squared distance (:func:`_sq_dist`) whatever the GEMM's order of
     summation, so only the centers with ``A_j ≤ min_i A_i + 2 err`` can be
     nearest: their exact distances decide (lowest index on ties); usually
-    there is one.  Returns (label, exact best squared distance, a lower bound
+    there is one.  Returns (label, its squared distance — exact, or
+    :func:`bound_sq_dist`'s where a single candidate settles the row: the upper
+    bound's input only —, a lower bound
     of the exact squared distance to every other center); with ``want_lb``,
     ``lb[j]`` receives such a bound for every center (exact where computed).
     A row whose norm or products are not finite is scanned exactly
@@ -165,7 +172,7 @@ def _resolve_row(X, r, centers, CT, g, rn, cn, err, d2, lb, want_lb):  # OUT d2,
     m2 = _min_finite(d2) if k > 1 else np.inf
     d2[a1] = m1
     if m2 > m1 + 2.0 * err and not want_lb:  # one candidate: the usual case
-        return a1, _sq_dist(X, r, centers, a1), max(rn + m2 - err, 0.0)
+        return a1, bound_sq_dist(X, r, centers, a1), max(rn + m2 - err, 0.0)
     best = np.inf
     arg = -1
     for j in range(k):
@@ -233,7 +240,7 @@ def _resolve_rows(X, rows, centers, CT, GT, rn, cn, err_scale, labels, upper, lo
         if not elkan and np.isfinite(rn[i]) and np.isfinite(err) and np.isfinite(m1[i]) \
                 and m2[i] > m1[i] + 2.0 * err:
             arg = a1[i]
-            best = _sq_dist(X, r, centers, arg)
+            best = bound_sq_dist(X, r, centers, arg)
             second = max(rn[i] + m2[i] - err, 0.0)
         else:
             g = np.empty(k)

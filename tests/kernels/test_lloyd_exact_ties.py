@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from dqkm.kernels import lloyd as L
+from dqkm.kernels._exact import bound_sq_dist, exact_sq_dist
+from dqkm.kernels.bounds_geometry import _EPS
 from dqkm.kernels.bounds import center_geometry, center_separations, elkan_partials, hamerly_partials
 
 
@@ -115,3 +117,23 @@ def test_csr_kernel_labels_equal_the_dense_kernels_on_ties(dtype, d):
     csr = lloyd_partials_csr(sp.csr_matrix(X), C)
     np.testing.assert_array_equal(csr[3], dense[3])
     np.testing.assert_array_equal(csr[1], dense[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d", [3, 32, 257, 4096])
+def test_bound_distance_stays_within_its_rounding_of_the_exact_one(dtype, d):
+    """The bounds' upper distances (Hamerly's tightening and rescans) are summed in any
+    order (:func:`bound_sq_dist`); the labels use :func:`exact_sq_dist`.  With
+    non-negative terms the two differ by at most ~2·D·u relatively, far inside the
+    bounds' outward rounding ``_EPS``: an upper bound from one holds for the other,
+    on rows far from the origin and of very different scales alike."""
+    rng = np.random.default_rng(d)
+    scale = rng.uniform(1e-3, 1e3, size=(40, 1))
+    X = (rng.normal(size=(40, d)) * scale + 1e4).astype(dtype)
+    C = (X[:6] + rng.normal(size=(6, d)) * 1e-2).astype(dtype)
+    u = 2.0 ** -53
+    for r in range(40):
+        for j in range(6):
+            e, b = exact_sq_dist(X, r, C, j), bound_sq_dist(X, r, C, j)
+            assert abs(b - e) <= 4 * d * u * e
+            assert np.sqrt(b) * (1.0 + _EPS) >= np.sqrt(e)
