@@ -264,8 +264,8 @@ def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper
     dtype, each within a relative ``margin/2`` (plus ``tiny``) of the exact one
     (:func:`dqkm.kernels.lloyd._direct_rounding`).  Where the second exceeds
     the smallest by more than that, the label is the exact one, the upper bound
-    is its distance (:func:`bound_sq_dist`, rounded outward) and the second, lowered by the margin, bounds every
-    other center's distance from below; a near-tie (or a row whose distances
+    is its distance (:func:`bound_sq_dist`, rounded outward) and the second,
+    lowered by the margin, bounds every other center's distance from below; a near-tie (or a row whose distances
     overflow or hold NaN) is scanned exactly (:func:`_scan`).  The labels are
     those of :func:`_rescan`."""
     dp = cpad.shape[1]
