@@ -265,9 +265,9 @@ def _rescan_direct(X, rows, centers, cpad, CT, tile, margin, tiny, labels, upper
     (:func:`dqkm.kernels.lloyd._direct_rounding`).  Where the second exceeds
     the smallest by more than that, the label is the exact one, the upper bound
     is its distance (:func:`bound_sq_dist`, rounded outward) and the second,
-    lowered by the margin, bounds every other center's distance from below; a near-tie (or a row whose distances
-    overflow or hold NaN) is scanned exactly (:func:`_scan`).  The labels are
-    those of :func:`_rescan`."""
+    lowered by the margin, bounds every other center's distance from below; a
+    near-tie (or a row whose distances overflow or hold NaN) is scanned exactly
+    (:func:`_scan`).  The labels are those of :func:`_rescan`."""
     dp = cpad.shape[1]
     d = X.shape[1]
     k = centers.shape[0]
