@@ -234,7 +234,10 @@ def test_index_build_that_cannot_fit_is_refused_before_it_pauses_a_worker(tmp_pa
     280–390 MiB: 388 MiB in a fresh clone, where 450 MiB workers were paused before any
     task): a shuffle task holds its block, the rows' destinations, order and norms and a
     sorted tile (~150 MiB), more than any such worker has left below its pause line.
-    (Before, the build ran anyway and each task reading its block paused its worker.)
+    (Before, the build ran anyway and each task reading its block paused its worker;
+    later, the check read the scheduler's last heartbeat, which under pytest could
+    still report the workers at ~65 MiB, before the test's first call loaded dqkm on
+    them, and the build was let through and its workers killed.)
     That a build which fits completes below the limit is
     test_out_of_core_fit_keeps_its_workers[ClusterIndex]."""
     from distributed import Client, LocalCluster

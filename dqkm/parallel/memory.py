@@ -9,9 +9,9 @@ submitted, with the memory it needs and the knob that changes it, and
 :func:`row_tile` sizes the row tiles a task works through so that it fits.
 
 The budget is the real headroom of the tightest worker: its ``memory_limit``
-times the pause fraction, minus the process memory the scheduler reports for
-it now (Python, NumPy, numba's loaded kernels, dask and the results it holds:
-a few hundred MB before any task), minus :data:`MARGIN_FRACTION` of the limit,
+times the pause fraction, minus its process memory measured on it now, with
+dqkm's modules loaded (Python, NumPy, numba's loaded kernels, dask and the
+results it holds: a few hundred MB before any task), minus :data:`MARGIN_FRACTION` of the limit,
 divided by its threads (tasks run side by side).  Where the workers have no
 pause or terminate threshold the headroom rule has no line to keep below, and
 a task may use :data:`TASK_FRACTION` of the limit per thread; where they do,
@@ -43,7 +43,7 @@ from ..exceptions import DataError
 from .engine import active_client, compute
 
 __all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget",
-           "worker_headroom", "resident_budget", "check_task_memory", "check_resident_memory",
+           "worker_headroom", "worker_rss", "resident_budget", "check_task_memory", "check_resident_memory",
            "row_tile", "check_pass_memory", "chunk_bytes", "CHUNK_KNOBS",
            "check_shuffle_memory", "gather_rows", "MemoryBudgetError",
            "format_bytes"]
@@ -100,33 +100,39 @@ def worker_headroom(worker, line=None):
     return max(0.0, room) / threads
 
 
-def _process_memory(client) -> dict:
-    """Every worker's process memory (RSS) measured now, by address."""
-    return client.run(lambda: psutil.Process().memory_info().rss)
+def worker_rss():
+    """This process's resident memory (bytes).  Run on the workers by
+    :func:`task_budget`: a function of dqkm's, sent by reference, so a worker that
+    has not run a dqkm task yet imports dqkm before it measures, as a task would."""
+    return psutil.Process().memory_info().rss
 
 
-def task_budget(fresh=False):
+def task_budget():
     """Bytes one task may use on the tightest worker now (:func:`worker_headroom`),
     or None without limits (the local schedulers, or a worker without
     ``memory_limit``).
 
-    The process memory is the scheduler's (its workers' last heartbeat), or
-    with ``fresh`` measured on the workers now: right after a pass the
-    heartbeat may still report that pass's peak.
+    The process memory is measured on the workers now (:func:`worker_rss`), not
+    taken from their last heartbeat: right after a pass a heartbeat may still
+    report that pass's peak, and a worker just started reports its memory
+    before dqkm's modules are loaded, a few hundred MB less than a task of a
+    pass finds there.
     """
     client = active_client()
     if client is None:
         return None
+    workers = scheduler_workers(client)
+    if not workers:
+        return None
+    if any(not w.get("memory_limit") for w in workers.values()):
+        return None
+    now = client.run(worker_rss, on_error="ignore")  # a worker lost now: its heartbeat
     budgets = []
-    now = _process_memory(client) if fresh else {}
-    for addr, w in scheduler_workers(client).items():
+    for addr, w in workers.items():
         if addr in now:
             w = dict(w, metrics=dict(w.get("metrics") or {}, memory=now[addr]))
-        room = worker_headroom(w)
-        if room is None:
-            return None
-        budgets.append(room)
-    return min(budgets) if budgets else None
+        budgets.append(worker_headroom(w))
+    return min(budgets)
 
 
 def _budget_words(budget):
@@ -185,8 +191,6 @@ def check_task_memory(what, parts, knobs, budget=None):
     need = int(sum(parts.values()))
     if budget is None:
         budget = task_budget()
-        if budget is not None and need > budget:  # measured now before refusing
-            budget = task_budget(fresh=True)
     if budget is not None and need > budget:
         detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
         raise MemoryBudgetError(
@@ -232,8 +236,6 @@ def row_tile(what, *, rows, per_row, fixed, knobs, min_rows=1, budget=None):
     low = min(int(min_rows), rows)
     if budget is None:
         budget = task_budget()
-        if budget is not None and fixed + rows * per_row > budget:  # measured now
-            budget = task_budget(fresh=True)
     if budget is None:
         return rows
     check_task_memory(what, {"the chunk and fixed state": int(fixed),

@@ -5,6 +5,7 @@ every graph."""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import warnings
@@ -264,26 +265,74 @@ def test_no_chunk_read_from_zarr_is_held_as_a_result_of_its_own(dist_client, tmp
     assert np.asarray(km.labels_.compute()).shape == (X.shape[0],)
 
 
+def _headroom_now(client, workers=None):
+    """The tightest worker's headroom computed from its memory measured now."""
+    from dqkm.parallel import memory
+
+    now = client.run(memory.worker_rss)
+    workers = memory.scheduler_workers(client) if workers is None else workers
+    return min(memory.worker_headroom(dict(w, metrics={"memory": now[a]}))
+               for a, w in workers.items())
+
+
 @pytest.mark.distributed
-def test_a_stale_heartbeat_is_measured_again_before_a_refusal(dist_client, monkeypatch):
-    """Right after a pass the scheduler may still report its peak as a worker's
-    process memory: a task that does not fit that report is checked against the
-    workers' memory measured now before it is refused."""
+@pytest.mark.parametrize("reported", ["at its pause line", "empty"])
+def test_the_budget_is_the_memory_measured_now_not_the_last_heartbeat(dist_client,
+                                                                      monkeypatch, reported):
+    """The scheduler's last heartbeat may be stale both ways: right after a pass it may
+    still report that pass's peak (a refusal of a task that fits), and a worker just
+    started reports its memory before any task loaded dqkm (a pass let through that
+    then pauses or kills it). The budget is the headroom measured on the workers now,
+    whatever the heartbeat says. (Each worker's memory_limit is reported as twice its
+    memory now, so that neither the cap at half the limit nor the line hides it.)"""
     from dqkm.parallel import memory
 
     real = memory.scheduler_workers
+    rss = dist_client.run(memory.worker_rss)
+    fraction = 0.8 if reported == "at its pause line" else 0.0
 
-    def stale(client):  # every worker reported at its pause line
-        return {a: dict(w, metrics=dict(w["metrics"], memory=0.8 * w["memory_limit"]))
-                for a, w in real(client).items()}
+    def limited(client):
+        return {a: dict(w, memory_limit=2 * rss[a]) for a, w in real(client).items()}
 
-    monkeypatch.setattr(memory, "scheduler_workers", stale)
+    def stale(client):
+        return {a: dict(w, metrics=dict(w["metrics"], memory=fraction * w["memory_limit"]))
+                for a, w in limited(client).items()}
+
     with dask.config.set({"distributed.worker.memory.pause": 0.8}):
-        assert memory.task_budget() == 0
-        fresh = memory.task_budget(fresh=True)
-        assert fresh > 0
-        assert memory.check_task_memory("a pass", {"chunk": int(fresh // 2)}, "") == fresh // 2
+        truth = _headroom_now(dist_client, limited(dist_client))
+        monkeypatch.setattr(memory, "scheduler_workers", stale)
+        stale_budget = min(memory.worker_headroom(w) for w in stale(dist_client).values())
+        budget = memory.task_budget()
+        assert budget == pytest.approx(truth, abs=16 * MIB)
+        assert abs(stale_budget - truth) > 32 * MIB  # the heartbeat alone was wrong
+        assert memory.check_task_memory("a pass", {"chunk": int(budget // 2)}, "") \
+            == budget // 2
         assert memory.row_tile("a pass", rows=1000, per_row=8, fixed=0, knobs="") == 1000
+
+
+@pytest.mark.distributed
+def test_a_worker_that_ran_no_dqkm_task_is_measured_with_dqkm_loaded():
+    """A worker started moments ago holds tens of MB; the first dqkm task loads dqkm's
+    modules (hundreds of MB) before it reads a block. The budget is measured after
+    that load, as the task will find the worker (before, a ClusterIndex build that
+    could not fit was let through on such a report and its workers were killed)."""
+    from distributed import Client, LocalCluster
+
+    from dqkm.parallel import memory
+
+    def loaded():
+        import sys
+
+        return "dqkm" in sys.modules
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.ERROR,
+                      memory_limit=1024 * MIB) as cluster, Client(cluster) as client:
+        assert not any(client.run(loaded).values())  # a fresh worker process
+        with dask.config.set({"distributed.worker.memory.pause": 0.8}):
+            budget = memory.task_budget()
+            assert all(client.run(loaded).values())
+            assert budget == pytest.approx(_headroom_now(client), abs=16 * MIB)
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
