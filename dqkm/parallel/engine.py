@@ -138,7 +138,7 @@ def _local_get(objs):
 
 
 @contextlib.contextmanager
-def _scheduler_watch(client):
+def _scheduler_watch(client, when="during a pass"):
     """A lost scheduler raises :class:`SchedulerLostError`, not a bare cancellation."""
     try:
         yield
@@ -147,7 +147,7 @@ def _scheduler_watch(client):
             raise
         raise SchedulerLostError(
             f"lost the connection to the Dask scheduler {client.scheduler.address} "
-            f"during a pass ({type(e).__name__}: {e}).") from e
+            f"{when} ({type(e).__name__}: {e}).") from e
 
 
 def compute_with_states(bp: "BlockPass"):

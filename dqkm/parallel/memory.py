@@ -40,12 +40,12 @@ import psutil
 from ..data.execute import scheduler_workers
 from ..data.spill import spill_task_parts
 from ..exceptions import DataError
-from .engine import active_client, compute
+from .engine import _scheduler_watch, active_client, compute
 
 __all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget",
-           "worker_headroom", "worker_rss", "resident_budget", "check_task_memory", "check_resident_memory",
-           "row_tile", "check_pass_memory", "chunk_bytes", "CHUNK_KNOBS",
-           "check_shuffle_memory", "gather_rows", "MemoryBudgetError",
+           "worker_headroom", "worker_rss", "resident_budget", "check_task_memory",
+           "check_resident_memory", "row_tile", "check_pass_memory", "chunk_bytes",
+           "CHUNK_KNOBS", "check_shuffle_memory", "gather_rows", "MemoryBudgetError",
            "format_bytes"]
 
 #: The share of a worker's memory_limit (per thread) one task may use at most.
@@ -126,7 +126,8 @@ def task_budget():
         return None
     if any(not w.get("memory_limit") for w in workers.values()):
         return None
-    now = client.run(worker_rss, on_error="ignore")  # a worker lost now: its heartbeat
+    with _scheduler_watch(client, "measuring the workers' memory before a pass"):
+        now = client.run(worker_rss, on_error="ignore")  # a worker lost now: its heartbeat
     budgets = []
     for addr, w in workers.items():
         if addr in now:
