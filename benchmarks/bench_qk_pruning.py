@@ -62,7 +62,7 @@ def case(n, d, k, repeat, spread, seed=0):
         if prev is not None:
             todo = np.empty(n, dtype=np.int64)
             args = (X, V, labels.copy(), upper.copy(), lower.copy(), shift, half_sep, kb._EPS,
-                    todo)
+                    todo, n + 1)  # full_from past n: every row moved and tested
             t_book.append(_cpu(lambda: kb._hamerly_rows(*args), repeat) / n)
             _, m = kb._hamerly_rows(*args)
             shares.append(1.0 - m / n)
