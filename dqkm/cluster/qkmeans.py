@@ -185,7 +185,7 @@ class QKMeans(KMeans):
         back the parts), at ``K + D + Q − 2`` more non-zeros.  It lowers the
         objective most where the centroids share a large common part
         (upsampled digits, K = 256: 1.05 × K-means's objective after 40
-        iterations against 1.21 without; docs/benchmarks/qk_objective.md).
+        iterations against 1.2 without; docs/benchmarks/qk_objective.md).
         Centroids that are sparse themselves (a few large entries on a zero
         background, one-hot-like) fit better without it: their mean row is
         not sparse, and neither is what remains once it is subtracted.
