@@ -407,15 +407,16 @@ def test_the_shuffle_reads_each_block_of_x_inside_its_spill_task(tmp_path):
 
     from dqkm import datasets
     from dqkm.parallel.engine import INLINE_BYTES
+    from dqkm.data.spill import save_destinations
     from dqkm.parallel.shuffle import _spill_tasks, permute_rows, spill_directory
 
     rows = INLINE_BYTES // (4 * 4)
     X, _ = datasets.make_blobs(3 * rows, 4, 3, chunks=rows, random_state=0,
                                path=tmp_path / "X.zarr")
     order = np.random.default_rng(0).permutation(X.shape[0])
-    offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
     spill = spill_directory(tmp_path / "out")
-    (opt,) = dask.optimize(_spill_tasks(X, np.argsort(order), offsets, spill, False))
+    save_destinations(spill, np.argsort(order))
+    (opt,) = dask.optimize(_spill_tasks(X, spill, False))
     assert all(str(k).startswith("dqkm-shuffle-spill-") for k in dict(opt.__dask_graph__()))
     Xs = permute_rows(X, order, spill, out_rows=rows // 2)
     np.testing.assert_array_equal(Xs.compute(), X.compute()[order])

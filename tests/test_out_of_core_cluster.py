@@ -183,6 +183,45 @@ def test_index_shuffle_spill_task_holds_its_block_and_one_tile(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "pos-000000.npy"), dest.ravel()[order])
 
 
+def test_index_shuffle_worker_memory_does_not_grow_with_the_number_of_blocks(tmp_path):
+    """Phase 1 of the shuffle on a real worker: its peak memory is about one block's
+    task, however many blocks X has. (Each task carried its rows' destinations in the
+    graph, 8 bytes a row, and a worker held those of every task sent to it: the peak
+    grew with the number of blocks, +254 MiB over a 2 × 600 MiB cluster's baseline for
+    28 blocks of 64 MiB, where one block took +84 MiB; the ClusterIndex build of 1.5×
+    the workers' memory paused them. Now each task reads its slice from a file the
+    driver wrote in the spill directory.)"""
+    from distributed import Client, LocalCluster
+
+    from dqkm.parallel.shuffle import permute_rows, remove_spill, spill_directory
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("the peak RSS of a worker cannot be reset on this system (no clear_refs)")
+    rows, blocks = 65_536, 48  # 1 MiB blocks of X; their destinations 0.5 MiB each
+    with dask.config.set({"scheduler": "threads"}):
+        X, _ = datasets.make_blobs(rows * blocks, 4, 3, chunks=rows, random_state=0,
+                                   path=tmp_path / "X.zarr")
+    order = np.random.default_rng(0).permutation(X.shape[0])
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        warm = spill_directory(tmp_path / "warm")  # the worker loads dqkm and the kernels
+        permute_rows(X[: 2 * rows], np.random.default_rng(1).permutation(2 * rows), warm,
+                     out_rows=rows)
+        remove_spill(warm, 2)
+        start = client.run(_reset_peak_rss)
+        spill = spill_directory(tmp_path / "index")
+        Xs = permute_rows(X, order, spill, out_rows=rows)
+        peak = client.run(_peak_rss)
+        growth = max(peak[w] - start[w] for w in peak)
+        np.testing.assert_array_equal(Xs[:rows].compute(), X.compute()[order[:rows]])
+        remove_spill(spill, blocks)
+    # one block (1 MiB), its destinations, order and norms (2 MiB) and one tile; the
+    # destinations of all 48 blocks are 24 MiB
+    assert growth < 12 * 2**20, f"the worker grew by {growth / 2**20:.1f} MiB in phase 1"
+    assert not os.path.exists(spill)
+
+
 def test_index_write_holds_no_gathered_block_for_a_second_consumer(tmp_path, monkeypatch):
     """The ClusterIndex write stores the gathered rows and their squared norms from tasks
     of their own: no gathered block of X feeds two stores (the norms taken from the

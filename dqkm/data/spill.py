@@ -1,8 +1,12 @@
 """Spill files of the out-of-core row shuffle (see :mod:`dqkm.parallel.shuffle`).
 
-Phase 1 writes, per input block, its rows sorted by destination (a tile at a
-time), the destinations and, if asked, the rows' squared norms (``.npy``
-files); phase 2 memory-maps them and copies the runs each output block needs. The directory is created next to the store
+The driver writes every row's destination to one file
+(:func:`save_destinations`); phase 1 reads its block's slice of it
+(:func:`block_destinations`: so that no task carries its destinations in the
+graph, where a worker held those of every task sent to it, a growth with the
+number of blocks of X) and writes, per input block, its rows sorted by
+destination (a tile at a time), the sorted destinations and, if asked, the
+rows' squared norms (``.npy`` files); phase 2 memory-maps them and copies the runs each output block needs. The directory is created next to the store
 being written (it must be visible to every worker, as that store is) and
 removed with only the files named here.
 """
@@ -18,11 +22,12 @@ import numpy as np
 from ..exceptions import StoreError
 
 __all__ = ["spill_directory", "remove_spill", "spill_block", "gather_block",
-           "spill_task_parts"]
+           "spill_task_parts", "save_destinations", "block_destinations"]
 
 _PART = "part-{:06d}.npy"
 _POS = "pos-{:06d}.npy"
 _SQ = "sq-{:06d}.npy"
+_DEST = "dest.npy"
 
 
 def spill_directory(next_to) -> str:
@@ -35,8 +40,14 @@ def spill_directory(next_to) -> str:
 
 
 def remove_spill(path, n_blocks) -> None:
-    """Remove the files :func:`permute_rows` writes for ``n_blocks`` blocks, then
-    the directory (only if that leaves it empty: nothing else is deleted)."""
+    """Remove the files :func:`permute_rows` writes for ``n_blocks`` blocks and the
+    destinations file, then the directory (only if that leaves it empty: nothing
+    else is deleted)."""
+    for name in (_DEST, _DEST + ".tmp"):
+        try:
+            os.remove(os.path.join(path, name))
+        except FileNotFoundError:
+            pass
     for i in range(n_blocks):
         for name in (_PART.format(i), _POS.format(i), _SQ.format(i), _PART.format(i) + ".tmp",
                      _POS.format(i) + ".tmp", _SQ.format(i) + ".tmp"):
@@ -77,6 +88,26 @@ def _save_rows(path, block, order, sq=None):
                 sq[t:t + len(tile)] = np.einsum("ij,ij->i", tile, tile, dtype=np.float64)
             f.write(tile.data)
     os.replace(tmp, path)
+
+
+def save_destinations(spill, dest) -> None:
+    """Every input row's destination (int64), for :func:`block_destinations`."""
+    _save(os.path.join(spill, _DEST), np.asarray(dest, dtype=np.int64))
+
+
+def block_destinations(spill, lo, hi):
+    """The destinations of input rows ``lo … hi`` (a copy: the file is not kept open)."""
+    try:
+        dest = np.load(os.path.join(spill, _DEST), mmap_mode="r")
+    except (OSError, ValueError) as e:
+        raise StoreError(f"dqkm shuffle: the spill directory {spill!r} lacks the rows' "
+                         f"destinations (input rows {lo}..{hi}) on worker host "
+                         f"{socket.gethostname()}; was it removed, or is it not on a "
+                         "filesystem every worker shares?") from e
+    if dest.shape[0] < hi:
+        raise StoreError(f"dqkm shuffle: the destinations file in {spill!r} holds "
+                         f"{dest.shape[0]} rows; input rows {lo}..{hi} were asked for.")
+    return np.array(dest[lo:hi])
 
 
 def spill_task_parts(n_rows, row_bytes, sq_norms=False) -> dict:

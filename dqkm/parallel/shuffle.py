@@ -5,8 +5,9 @@ input block; until the last input block is read, the pieces of all of them
 wait in the workers' memory — the whole of X, which kills workers when X is
 larger than their memory. :func:`permute_rows` bounds every task instead:
 
-1. one task per input block sorts its rows by their destination and writes
-   them (and the destinations) to spill files;
+1. the driver writes every row's destination to a file; one task per input
+   block reads its rows' slice of it, sorts its rows by their destination and
+   writes them (and the sorted destinations) to spill files;
 2. one task per output block memory-maps those files, copies the contiguous
    run of rows each input block sends to it, and orders them.
 
@@ -19,8 +20,9 @@ from __future__ import annotations
 import dask.array as da
 import numpy as np
 
-from ..data.spill import gather_block, remove_spill, spill_block, spill_directory
-from .engine import PerBlock, array_from_tasks, compute_settled, map_blocks_reduce
+from ..data.spill import (block_destinations, gather_block, remove_spill, save_destinations,
+                          spill_block, spill_directory)
+from .engine import array_from_tasks, compute_settled, map_blocks_reduce
 
 _FAN_IN = 8
 
@@ -43,7 +45,8 @@ def permute_rows(X: da.Array, order, spill, *, out_rows, sq_norms=False):
     dest = np.empty(n, dtype=np.int64)
     dest[order] = np.arange(n, dtype=np.int64)
     in_offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
-    compute_settled(_spill_tasks(X, dest, in_offsets, spill, sq_norms))
+    save_destinations(spill, dest)
+    compute_settled(_spill_tasks(X, spill, sq_norms))
     out_rows = int(max(1, out_rows))
     bounds = np.arange(0, n, out_rows, dtype=np.int64)
     bounds = np.append(bounds, n)
@@ -64,17 +67,19 @@ def permute_rows(X: da.Array, order, spill, *, out_rows, sq_norms=False):
                                 name="shuffle-sq")
 
 
-def _spill_tasks(X, dest, in_offsets, spill, sq_norms):
+def _spill_tasks(X, spill, sq_norms):
     """Phase 1 as one task per input block, the block's read inlined in it
     (:func:`~dqkm.parallel.engine.map_blocks_reduce`): a worker holds one block of X
-    per running task, never blocks read ahead of their spill task.  Their small
-    results are joined by a tree of fan-in 8."""
-    parts = PerBlock(dest[in_offsets[i]:in_offsets[i + 1]] for i in range(X.numblocks[0]))
-    return map_blocks_reduce(X, _spill, _join, args=(parts, spill, sq_norms), split_every=_FAN_IN,
+    per running task, never blocks read ahead of their spill task.  Each task reads
+    its rows' destinations from the spill directory (written first by
+    :func:`permute_rows`), so the graph carries none.  Their small results are
+    joined by a tree of fan-in 8."""
+    return map_blocks_reduce(X, _spill, _join, args=(spill, sq_norms), split_every=_FAN_IN,
                              with_offsets=True, name="shuffle-spill")
 
 
-def _spill(block, dest, spill, sq_norms, index, offset):
+def _spill(block, spill, sq_norms, index, offset):
+    dest = block_destinations(spill, offset, offset + block.shape[0])
     return spill_block(block, dest, spill, block_id=(index, 0), sq_norms=sq_norms)
 
 
