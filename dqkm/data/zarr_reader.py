@@ -57,7 +57,7 @@ from zarr.storage import LocalStore
 from ..exceptions import StoreError
 
 __all__ = ["LocalChunkReader", "local_chunk_reader", "from_zarr", "local_array_dir",
-           "require_store"]
+           "require_store", "compressed_read_bytes"]
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -251,12 +251,55 @@ class LocalChunkReader:
         token = tokenize(self.directory, self.keys, self.shape, self.chunk_shape,
                          self.dtype.str, self.fill_value,
                          getattr(self.decoder, "__name__", None), store_version(self.directory))
+        name = f"zarr-read-{token}"
+        if self.decoder is not None:
+            _COMPRESSED_READS[name] = self
+            _CHUNK_FILE_BYTES.pop(name, None)  # the store may have been rewritten
+            while len(_COMPRESSED_READS) > _KEEP_READERS:  # the oldest first
+                oldest = next(iter(_COMPRESSED_READS))
+                del _COMPRESSED_READS[oldest]
+                _CHUNK_FILE_BYTES.pop(oldest, None)
         return da.map_blocks(self._block, chunks=chunks, dtype=self.dtype,
                              meta=np.empty((0,) * len(self.shape), dtype=self.dtype),
-                             name=f"zarr-read-{token}")
+                             name=name)
+
+    def largest_chunk_file(self):
+        """Bytes of the largest stored chunk file (0 where none is there)."""
+        size = 0
+        for key in self.keys:
+            try:
+                size = max(size, os.stat(os.path.join(self.directory, *key.split("/"))).st_size)
+            except OSError:
+                pass
+        return size
 
     def _block(self, block_id=None):
         return self.read(block_id[0])
+
+
+#: Dask array names of the compressed arrays :meth:`LocalChunkReader.to_dask` made (the
+#: latest ``_KEEP_READERS``), for :func:`compressed_read_bytes`.
+_COMPRESSED_READS: dict = {}
+_CHUNK_FILE_BYTES: dict = {}  # their largest chunk file, by name, once measured
+_KEEP_READERS = 256
+
+
+def compressed_read_bytes(X) -> int:
+    """Bytes a task reading a block of ``X`` holds beside the decoded block while it
+    decodes it: the largest compressed chunk file of a compressed local Zarr array
+    that ``X`` is read from by :class:`LocalChunkReader` (0 otherwise: uncompressed
+    chunks are read without a copy; other readers are not known here).  The file
+    is read whole (the decoders take one frame), so for poorly compressible
+    float data a task briefly holds about twice its chunk."""
+    layers = getattr(getattr(X, "dask", None), "layers", None) or {}
+    size = 0
+    for name in layers:
+        reader = _COMPRESSED_READS.get(name)
+        if reader is not None:
+            if name not in _CHUNK_FILE_BYTES:  # one stat per chunk file, once per array
+                _CHUNK_FILE_BYTES[name] = reader.largest_chunk_file()
+            size = max(size, _CHUNK_FILE_BYTES[name])
+    return size
 
 
 def local_array_dir(arr):

@@ -39,6 +39,7 @@ import psutil
 
 from ..data.execute import scheduler_workers
 from ..data.spill import spill_task_parts
+from ..data.zarr_reader import compressed_read_bytes
 from ..exceptions import DataError
 from .engine import _scheduler_watch, active_client, compute
 
@@ -46,7 +47,7 @@ __all__ = ["TASK_FRACTION", "RESIDENT_FRACTION", "MARGIN_FRACTION", "task_budget
            "worker_headroom", "worker_rss", "resident_budget", "check_task_memory",
            "check_resident_memory", "row_tile", "check_pass_memory", "chunk_bytes",
            "CHUNK_KNOBS", "check_shuffle_memory", "gather_rows", "MemoryBudgetError",
-           "format_bytes"]
+           "with_compressed_read", "format_bytes"]
 
 #: The share of a worker's memory_limit (per thread) one task may use at most.
 TASK_FRACTION = 0.5
@@ -282,8 +283,20 @@ def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results"
     if chunk is None:
         return None
     rows = max(X.chunks[0], default=0)
-    return check_task_memory(what, {"chunk of X": chunk, work: int(per_row) * rows,
-                                    state: int(fixed)}, knobs)
+    parts = {"chunk of X": chunk, work: int(per_row) * rows, state: int(fixed)}
+    return check_task_memory(what, with_compressed_read(parts, X), knobs)
+
+
+def with_compressed_read(parts, X):
+    """``parts`` plus, for X read from a compressed Zarr store, what its compressed
+    chunk adds while the task decodes it (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`):
+    the compressed bytes beyond the task's other parts but its block, which it
+    allocates after the read (the compressed buffer is freed by then)."""
+    read = compressed_read_bytes(X)
+    later = sum(v for k, v in parts.items() if not k.startswith(("chunk of X", "block of X")))
+    if read > later:
+        parts = dict(parts, **{"its compressed chunk while decoding it": read - later})
+    return parts
 
 
 def check_shuffle_memory(Xd):
@@ -299,8 +312,8 @@ def check_shuffle_memory(Xd):
     """
     rows = max(Xd.chunks[0], default=0)
     parts = spill_task_parts(rows, Xd.shape[1] * Xd.dtype.itemsize, sq_norms=True)
-    return check_task_memory("ClusterIndex build (shuffle of X's rows by cluster)", parts,
-                             CHUNK_KNOBS)
+    return check_task_memory("ClusterIndex build (shuffle of X's rows by cluster)",
+                             with_compressed_read(parts, Xd), CHUNK_KNOBS)
 
 
 def gather_rows(arr):

@@ -215,3 +215,62 @@ def test_a_damaged_chunk_read_by_zarr_python_is_a_store_error(tmp_path):
     np.testing.assert_array_equal(x[:10].compute(), data[:10])
     with pytest.raises(StoreError, match=r"Rows 10:20 of the Zarr array '.*f\.zarr'.*damaged"):
         x.compute()
+
+
+def _vm_mib(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_pass_over_a_compressed_store_counts_the_compressed_chunk(tmp_path):
+    """Decoding a stored chunk holds its compressed bytes beside the decoded block (the
+    decoders take the whole frame). The pass's memory check counts them, and a KMeans
+    pass's measured peak stays within what it counts: for float data that compresses
+    poorly that is about twice the block, where the check counted the block once
+    (its measured peak was ~1.8x the old count). An uncompressed store's chunk is read
+    without a copy and counts once."""
+    import dask
+
+    import dqkm
+    from dqkm.data.zarr_reader import compressed_read_bytes, from_zarr
+    from dqkm.parallel.lloyd import check_lloyd_memory
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError as e:
+        pytest.skip(f"the peak RSS of this process cannot be reset here ({e})")
+    # 64 MiB blocks: above glibc's largest mmap threshold (32 MiB), so every such buffer
+    # is mapped and unmapped, and the process's peak RSS shows what a read holds
+    rows, d = 524_288, 32
+    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
+    arrays = {}
+    for name, compressors in (("zstd", zarr.codecs.ZstdCodec(level=1)), ("raw", None)):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=X.shape, chunks=(rows, d),
+                              dtype="float32", compressors=compressors)
+        z[:] = X
+        arrays[name] = from_zarr(zarr.open_array(str(tmp_path / f"{name}.zarr"), mode="r"))
+    assert compressed_read_bytes(arrays["raw"]) == 0
+    compressed = compressed_read_bytes(arrays["zstd"])
+    assert 0.7 * X.nbytes / 2 < compressed <= X.nbytes / 2 + 4096  # random floats barely shrink
+    assert compressed_read_bytes(arrays["zstd"][:rows // 2] + 1) == compressed  # derived arrays
+    need = {k: check_lloyd_memory("KMeans (Lloyd) pass", a, 16) for k, a in arrays.items()}
+    block = rows * d * 4
+    assert need["raw"] < block + 8 * 2**20
+    assert need["zstd"] >= block + compressed
+    init = X[:16]
+    with dask.config.set(scheduler="synchronous"):
+        fit = lambda: dqkm.KMeans(16, init=init, n_init=1, max_iter=1,  # noqa: E731
+                                  persist=False).fit(arrays["zstd"])
+        fit()  # kernels loaded before the measured fit
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = _vm_mib("VmRSS")
+        fit()
+        growth = (_vm_mib("VmHWM") - base) * 2**20
+    assert growth > block + 0.5 * compressed  # the compressed bytes are really held
+    assert growth <= need["zstd"] + 4 * 2**20, (growth / 2**20, need["zstd"] / 2**20)
