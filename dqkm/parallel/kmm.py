@@ -57,7 +57,7 @@ from .engine import (PerBlock, array_from_tasks, broadcast, compute, map_blocks_
                      map_blocks_with_state, map_rows, map_tasks, one_blas_thread)
 from .finite import raise_nonfinite
 from .kmm_tiles import kmm_memory
-from .memory import check_resident_memory, check_task_memory
+from .memory import check_resident_memory, check_task_memory, with_compressed_read
 
 __all__ = ["KMMConfig", "KMMResult", "KMMSolver", "KMMState", "StepStats", "describe_row_chunks",
            "persist_row_blocks", "predict_labels", "prototype_distances", "run_on_row_blocks"]
@@ -355,7 +355,8 @@ class KMMSolver:
         cfg, X = self.config, self.passes.X
         self.mem = kmm_memory(X, m, cfg.n_neighbors, cfg.n_clusters, rank if cfg.pruned else 0,
                               cfg.pruned, EXTRA_KEPT)
-        check_task_memory("KMultipleMeans pass", self.mem.parts(max(self.passes.sizes, default=0)),
+        parts = self.mem.parts(max(self.passes.sizes, default=0))
+        check_task_memory("KMultipleMeans pass", with_compressed_read(parts, X),
                           self.mem.knobs(X))
         check_resident_memory("KMultipleMeans", self.mem.resident(X.shape[0]),
                               self.mem.resident_knobs())
