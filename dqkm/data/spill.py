@@ -6,7 +6,8 @@ The driver writes every row's destination to one file
 graph, where a worker held those of every task sent to it, a growth with the
 number of blocks of X) and writes, per input block, its rows sorted by
 destination (a tile at a time), the sorted destinations and, if asked, the
-rows' squared norms (``.npy`` files); phase 2 memory-maps them and copies the runs each output block needs. The directory is created next to the store
+rows' squared norms (``.npy`` files); phase 2 memory-maps them and copies the
+runs each output block needs.  The directory is created next to the store
 being written (it must be visible to every worker, as that store is) and
 removed with only the files named here.
 """

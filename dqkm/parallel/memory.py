@@ -11,11 +11,11 @@ submitted, with the memory it needs and the knob that changes it, and
 The budget is the real headroom of the tightest worker: its ``memory_limit``
 times the pause fraction, minus its process memory measured on it now, with
 dqkm's modules loaded (Python, NumPy, numba's loaded kernels, dask and the
-results it holds: a few hundred MB before any task), minus :data:`MARGIN_FRACTION` of the limit,
-divided by its threads (tasks run side by side).  Where the workers have no
-pause or terminate threshold the headroom rule has no line to keep below, and
-a task may use :data:`TASK_FRACTION` of the limit per thread; where they do,
-it may use no more than that either.
+results it holds: a few hundred MB before any task), minus
+:data:`MARGIN_FRACTION` of the limit, divided by its threads (tasks run side
+by side). Where the workers have no pause or terminate threshold the headroom
+rule has no line to keep below, and a task may use :data:`TASK_FRACTION` of
+the limit per thread; where they do, it may use no more than that either.
 
 A worker's own memory is measured, not assumed, because it is not constant:
 it grows when the worker first runs a kind of task (the modules and numba
@@ -289,9 +289,11 @@ def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results"
 
 def with_compressed_read(parts, X):
     """``parts`` plus, for X read from a compressed Zarr store, what its compressed
-    chunk adds while the task decodes it (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`):
-    the compressed bytes beyond the task's other parts but its block, which it
-    allocates after the read (the compressed buffer is freed by then)."""
+    chunk adds while the task decodes it
+    (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`): the compressed bytes
+    beyond the task's other parts but its block, which it allocates after the
+    read (the compressed buffer is freed by then; KMultipleMeans's previous rows
+    of S, held during the read, are counted as later: an approximation)."""
     read = compressed_read_bytes(X)
     later = sum(v for k, v in parts.items() if not k.startswith(("chunk of X", "block of X")))
     if read > later:
