@@ -17,7 +17,8 @@ from ..kernels.embedding import embed_assign_chunk, embed_chunk, embed_moments_c
 from ..kernels.lloyd_sparse import as_csr, merge_label_moments
 from ..kernels.tiles import TILE_BYTES
 from .engine import broadcast, compute, map_blocks_reduce, map_rows
-from .memory import row_tile
+from . import memory
+from .memory import row_tile, with_compressed_read
 
 __all__ = ["embed", "embed_assign", "original_space_moments"]
 
@@ -61,7 +62,9 @@ def pass_tile_bytes(X, n_components, what):
     their non-zeros').
 
     Raises :class:`~dqkm.parallel.memory.MemoryBudgetError` when not even a tile of
-    :data:`MIN_TILE_ROWS` rows fits beside the chunk.
+    :data:`MIN_TILE_ROWS` rows fits beside the chunk, or when X is read from a
+    compressed Zarr store and the chunk with its compressed bytes, held together
+    while the chunk is decoded, does not fit.
     """
     if getattr(X, "dtype", None) is None or X.dtype.kind != "f" or X.ndim != 2 \
             or not isinstance(getattr(X, "_meta", None), np.ndarray):
@@ -69,10 +72,15 @@ def pass_tile_bytes(X, n_components, what):
     d = int(X.shape[1])
     per_row = 3 * 8 * d + 2 * 8 * int(n_components) + 64  # kernels.embedding._row_bytes
     chunk = max(X.chunks[0], default=0) * d * X.dtype.itemsize
+    knobs = ("Store X in chunks of fewer rows, or give the workers a larger memory_limit (or "
+             "fewer threads each).")
+    budget = memory.task_budget()
+    # reading a compressed chunk holds it beside the decoded one before any tile exists
+    read = with_compressed_read({"chunk of X": chunk}, X)
+    if budget is not None and len(read) > 1:
+        memory.check_task_memory(what, read, knobs, budget)
     rows = row_tile(what, rows=max(1, TILE_BYTES // per_row), per_row=per_row, fixed=chunk,
-                    min_rows=MIN_TILE_ROWS,
-                    knobs="Store X in chunks of fewer rows, or give the workers a larger "
-                          "memory_limit (or fewer threads each).")
+                    min_rows=MIN_TILE_ROWS, knobs=knobs, budget=budget)
     return rows * per_row
 
 

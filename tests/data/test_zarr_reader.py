@@ -274,3 +274,33 @@ def test_a_pass_over_a_compressed_store_counts_the_compressed_chunk(tmp_path):
         growth = (_vm_mib("VmHWM") - base) * 2**20
     assert growth > block + 0.5 * compressed  # the compressed bytes are really held
     assert growth <= need["zstd"] + 4 * 2**20, (growth / 2**20, need["zstd"] / 2**20)
+
+
+def test_se_tile_sizing_counts_the_compressed_chunk(tmp_path, monkeypatch):
+    """SparseEmbeddedKMeans sizes its row tiles by the headroom left beside one chunk;
+    over a compressed store the chunk's compressed bytes are held beside it while it is
+    decoded, before any tile: a budget that holds the chunk and a tile but not the
+    chunk and its compressed bytes is refused, naming them; the uncompressed store of
+    the same data is not."""
+    from dqkm.parallel import memory
+    from dqkm.parallel.embedding import MIN_TILE_ROWS, pass_tile_bytes
+    from dqkm.parallel.memory import MemoryBudgetError
+
+    rows, d = 4096, 16
+    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
+    arrays = {}
+    for name, compressors in (("zstd", zarr.codecs.ZstdCodec(level=1)), ("raw", None)):
+        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=X.shape, chunks=(rows, d),
+                              dtype="float32", compressors=compressors)
+        z[:] = X
+        arrays[name] = zarr_reader.from_zarr(zarr.open_array(str(tmp_path / f"{name}.zarr"),
+                                                             mode="r"))
+    chunk = rows * d * 4
+    compressed = zarr_reader.compressed_read_bytes(arrays["zstd"])
+    per_row = 3 * 8 * d + 2 * 8 * 8 + 64  # pass_tile_bytes's per-row cost at 8 components
+    assert MIN_TILE_ROWS * per_row < compressed
+    monkeypatch.setattr(memory, "task_budget", lambda: chunk + MIN_TILE_ROWS * per_row)
+    assert pass_tile_bytes(arrays["raw"], 8, "a pass") == MIN_TILE_ROWS * per_row
+    with pytest.raises(MemoryBudgetError, match=r"a pass: one task needs about .*chunk of X "
+                       r".*its compressed chunk while decoding it"):
+        pass_tile_bytes(arrays["zstd"], 8, "a pass")
