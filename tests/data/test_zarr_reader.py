@@ -217,6 +217,20 @@ def test_a_damaged_chunk_read_by_zarr_python_is_a_store_error(tmp_path):
         x.compute()
 
 
+def _zstd_and_raw_stores(tmp_path, rows, d):
+    """Two chunks of random float32 rows (which barely compress), stored with zstd and
+    uncompressed: ``(X, {"zstd": dask array, "raw": dask array})`` read by dqkm."""
+    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
+    arrays = {}
+    for name, compressors in (("zstd", ZstdCodec(level=1)), ("raw", None)):
+        path = str(tmp_path / f"{name}.zarr")
+        z = zarr.create_array(path, shape=X.shape, chunks=(rows, d), dtype="float32",
+                              compressors=compressors)
+        z[:] = X
+        arrays[name] = zarr_reader.from_zarr(zarr.open_array(path, mode="r"))
+    return X, arrays
+
+
 def _vm_mib(field):
     with open("/proc/self/status") as f:
         for line in f:
@@ -236,7 +250,7 @@ def test_a_pass_over_a_compressed_store_counts_the_compressed_chunk(tmp_path):
     import dask
 
     import dqkm
-    from dqkm.data.zarr_reader import compressed_read_bytes, from_zarr
+    from dqkm.data.zarr_reader import compressed_read_bytes
     from dqkm.parallel.lloyd import check_lloyd_memory
 
     try:
@@ -247,13 +261,7 @@ def test_a_pass_over_a_compressed_store_counts_the_compressed_chunk(tmp_path):
     # 64 MiB blocks: above glibc's largest mmap threshold (32 MiB), so every such buffer
     # is mapped and unmapped, and the process's peak RSS shows what a read holds
     rows, d = 524_288, 32
-    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
-    arrays = {}
-    for name, compressors in (("zstd", zarr.codecs.ZstdCodec(level=1)), ("raw", None)):
-        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=X.shape, chunks=(rows, d),
-                              dtype="float32", compressors=compressors)
-        z[:] = X
-        arrays[name] = from_zarr(zarr.open_array(str(tmp_path / f"{name}.zarr"), mode="r"))
+    X, arrays = _zstd_and_raw_stores(tmp_path, rows, d)
     assert compressed_read_bytes(arrays["raw"]) == 0
     compressed = compressed_read_bytes(arrays["zstd"])
     assert 0.7 * X.nbytes / 2 < compressed <= X.nbytes / 2 + 4096  # random floats barely shrink
@@ -287,14 +295,7 @@ def test_se_tile_sizing_counts_the_compressed_chunk(tmp_path, monkeypatch):
     from dqkm.parallel.memory import MemoryBudgetError
 
     rows, d = 4096, 16
-    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
-    arrays = {}
-    for name, compressors in (("zstd", zarr.codecs.ZstdCodec(level=1)), ("raw", None)):
-        z = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=X.shape, chunks=(rows, d),
-                              dtype="float32", compressors=compressors)
-        z[:] = X
-        arrays[name] = zarr_reader.from_zarr(zarr.open_array(str(tmp_path / f"{name}.zarr"),
-                                                             mode="r"))
+    _, arrays = _zstd_and_raw_stores(tmp_path, rows, d)
     chunk = rows * d * 4
     compressed = zarr_reader.compressed_read_bytes(arrays["zstd"])
     per_row = 3 * 8 * d + 2 * 8 * 8 + 64  # pass_tile_bytes's per-row cost at 8 components
