@@ -287,15 +287,16 @@ def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results"
     return check_task_memory(what, with_compressed_read(parts, X), knobs)
 
 
-def with_compressed_read(parts, X):
+def with_compressed_read(parts, X, block="chunk of X"):
     """``parts`` plus, for X read from a compressed Zarr store, what its compressed
     chunk adds while the task decodes it
     (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`): the compressed bytes
-    beyond the task's other parts but its block, which it allocates after the
-    read (the compressed buffer is freed by then; KMultipleMeans's previous rows
-    of S, held during the read, are counted as later: an approximation)."""
+    beyond the task's parts other than ``block`` (the name of its decoded block),
+    which it allocates after the read (the compressed buffer is freed by then;
+    KMultipleMeans's previous rows of S, held during the read, are counted as
+    later: an approximation)."""
     read = compressed_read_bytes(X)
-    later = sum(v for k, v in parts.items() if not k.startswith(("chunk of X", "block of X")))
+    later = sum(v for k, v in parts.items() if k != block)
     if read > later:
         parts = dict(parts, **{"its compressed chunk while decoding it": read - later})
     return parts
@@ -315,7 +316,7 @@ def check_shuffle_memory(Xd):
     rows = max(Xd.chunks[0], default=0)
     parts = spill_task_parts(rows, Xd.shape[1] * Xd.dtype.itemsize, sq_norms=True)
     return check_task_memory("ClusterIndex build (shuffle of X's rows by cluster)",
-                             with_compressed_read(parts, Xd), CHUNK_KNOBS)
+                             with_compressed_read(parts, Xd, block="block of X"), CHUNK_KNOBS)
 
 
 def gather_rows(arr):
