@@ -66,3 +66,23 @@ def test_build_index_to_zarr_leaves_no_spill_and_matches_memory(tmp_path):
     for c in range(6):
         for a, b in zip(mem.cluster(c), disk.cluster(c)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_phase_one_without_its_destinations_file_raises_and_remove_spill_takes_it(tmp_path):
+    """A phase-1 task whose destinations file is missing (a spill directory removed, or
+    not shared with its worker) or shorter than its rows raises StoreError naming the
+    directory, never spills rows to made-up places; remove_spill deletes that file
+    with the others and nothing else."""
+    from dqkm.data.spill import block_destinations, save_destinations
+    from dqkm.exceptions import StoreError
+
+    spill = shuffle.spill_directory(tmp_path / "i.zarr")
+    with pytest.raises(StoreError, match="lacks the rows' destinations"):
+        block_destinations(spill, 0, 4)
+    save_destinations(spill, np.arange(6)[::-1])
+    np.testing.assert_array_equal(block_destinations(spill, 2, 5), [3, 2, 1])
+    with pytest.raises(StoreError, match="holds 6 rows; input rows 4..8"):
+        block_destinations(spill, 4, 8)
+    open(os.path.join(spill, "user.txt"), "w").close()
+    shuffle.remove_spill(spill, 1)
+    assert sorted(os.listdir(spill)) == ["user.txt"]
