@@ -27,6 +27,10 @@ What is checked:
   holds the fill value); a missing *array* (its ``zarr.json``, or ``.zarray``
   for Zarr v2) means the task cannot see the store, and is a ``StoreError``
   naming the store and the worker.
+* What a read holds beside its block, for the memory checks before a pass:
+  the compressed chunk file for this reader (:func:`compressed_read_bytes`),
+  the fetched bytes and decoded copy for a read through zarr-python
+  (:func:`zarr_python_read_bytes`, found in the Dask graph).
 
 Anything the fast reader does not handle — other stores (fsspec URLs), Zarr
 v2, sharding, filters, transposes, a non-native byte order, chunks along
@@ -57,7 +61,7 @@ from zarr.storage import LocalStore
 from ..exceptions import StoreError
 
 __all__ = ["LocalChunkReader", "local_chunk_reader", "from_zarr", "local_array_dir",
-           "require_store", "compressed_read_bytes"]
+           "require_store", "compressed_read_bytes", "zarr_python_read_bytes"]
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
@@ -300,6 +304,65 @@ def compressed_read_bytes(X) -> int:
                 _CHUNK_FILE_BYTES[name] = reader.largest_chunk_file()
             size = max(size, _CHUNK_FILE_BYTES[name])
     return size
+
+
+def zarr_python_read_bytes(X) -> int:
+    """Bytes a task reading a block of ``X`` through zarr-python holds beside the
+    block it returns, for the largest such read in X's graph (0 where X reads no
+    Zarr array through zarr-python).
+
+    zarr-python fetches each stored chunk's bytes and, for an encoded chunk,
+    decodes them into a buffer of its own before copying into the block: about
+    one more block for an uncompressed array, two for a compressed, sharded or
+    filtered one (its fetched bytes, at most about the decoded ones, and the
+    decoded chunk).  Found by the reads :func:`from_zarr` and ``dask.array.from_zarr``
+    make: a layer that depends on a layer holding just a zarr.Array (Dask's
+    ``from_array``); a ``dask.array.from_zarr`` read whose array is inlined in its
+    tasks (a ``from-zarr-…`` layer with no such dependency) is counted as
+    compressed.  The block's bytes come from the read layer's own chunks."""
+    graph = getattr(X, "dask", None)
+    layers = getattr(graph, "layers", None) or {}
+    depends = getattr(graph, "dependencies", None) or {}
+    size = 0
+    for name, layer in layers.items():
+        sources = [_layer_source(layers.get(dep)) for dep in depends.get(name, ())]
+        sources = [getattr(a, "arr", a) for a in sources if a is not None]
+        if sources:
+            factor = 2 if any(_encoded(a) for a in sources) else 1
+        elif name.startswith("from-zarr-"):
+            factor = 2
+        else:
+            continue
+        info = getattr(layer, "collection_annotations", None) or {}
+        try:
+            block = math.prod(int(c) for c in info["chunksize"]) * np.dtype(info["dtype"]).itemsize
+        except (KeyError, TypeError, ValueError):
+            continue
+        size = max(size, factor * block)
+    return size
+
+
+def _layer_source(layer):
+    """The zarr.Array (or :class:`_CheckedLocalArray`) a materialized Dask graph layer
+    (its ``mapping`` a dict) holds as its one value, or None (other layers are not
+    materialized to look)."""
+    mapping = getattr(layer, "mapping", None)
+    if not isinstance(mapping, dict) or len(mapping) != 1:
+        return None
+    for value in mapping.values():
+        for v in (value, getattr(value, "value", None)):  # a bare value or a data node
+            if isinstance(v, (zarr.Array, _CheckedLocalArray)):
+                return v
+    return None
+
+
+def _encoded(arr):
+    """Whether zarr-python decodes ``arr``'s chunks through a buffer of its own
+    (a compressor, a filter or sharding); True when that cannot be told."""
+    try:
+        return bool(arr.compressors) or bool(arr.filters) or arr.shards is not None
+    except Exception:  # noqa: BLE001 - an unusual array: count the larger need
+        return True
 
 
 def local_array_dir(arr):

@@ -39,7 +39,7 @@ import psutil
 
 from ..data.execute import scheduler_workers
 from ..data.spill import spill_task_parts
-from ..data.zarr_reader import compressed_read_bytes
+from ..data.zarr_reader import compressed_read_bytes, zarr_python_read_bytes
 from ..exceptions import DataError
 from .engine import _scheduler_watch, active_client, compute
 
@@ -288,17 +288,22 @@ def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results"
 
 
 def with_compressed_read(parts, X, block="chunk of X"):
-    """``parts`` plus, for X read from a compressed Zarr store, what its compressed
-    chunk adds while the task decodes it
-    (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`): the compressed bytes
+    """``parts`` plus what reading a block of X holds beside the decoded block while
+    the task reads it: for X read from a compressed Zarr store by dqkm's chunk
+    reader, its compressed chunk (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`);
+    for X read through zarr-python, its fetched and decoded buffers
+    (:func:`~dqkm.data.zarr_reader.zarr_python_read_bytes`).  Counted as the bytes
     beyond the task's parts other than ``block`` (the name of its decoded block),
-    which it allocates after the read (the compressed buffer is freed by then;
+    which it allocates after the read (the read's buffers are freed by then;
     KMultipleMeans's previous rows of S, held during the read, are counted as
     later: an approximation)."""
-    read = compressed_read_bytes(X)
+    compressed, through_zarr = compressed_read_bytes(X), zarr_python_read_bytes(X)
+    read = max(compressed, through_zarr)
+    what = ("its compressed chunk while decoding it" if compressed >= through_zarr
+            else "zarr-python's read buffers of its block")
     later = sum(v for k, v in parts.items() if k != block)
     if read > later:
-        parts = dict(parts, **{"its compressed chunk while decoding it": read - later})
+        parts = dict(parts, **{what: read - later})
     return parts
 
 

@@ -284,6 +284,58 @@ def test_a_pass_over_a_compressed_store_counts_the_compressed_chunk(tmp_path):
     assert growth <= need["zstd"] + 4 * 2**20, (growth / 2**20, need["zstd"] / 2**20)
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("codec", ["zstd", "raw"])
+def test_a_pass_read_through_zarr_python_counts_its_read_buffers(tmp_path, codec):
+    """zarr-python fetches a stored chunk's bytes and, for an encoded chunk, decodes them
+    into a buffer of its own before copying into the block: about one block more than
+    the block uncompressed, two compressed (measured beside a 64 MiB block: +64 and
+    +125 MiB), where the pass's check counted none of it. The check counts them for
+    ``dask.array.from_zarr`` and for dqkm's own zarr-python path, and a KMeans pass's
+    measured peak stays within what it counts."""
+    import dask.array as da
+
+    import dqkm
+    from dqkm.parallel.lloyd import check_lloyd_memory
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError as e:
+        pytest.skip(f"the peak RSS of this process cannot be reset here ({e})")
+    rows, d = 524_288, 32  # 64 MiB blocks: mapped and unmapped (above glibc's mmap threshold)
+    X = np.random.default_rng(0).standard_normal((2 * rows, d)).astype(np.float32)
+    path = str(tmp_path / "X.zarr")
+    z = zarr.create_array(path, shape=X.shape, chunks=(rows, d), dtype="float32",
+                          compressors=ZstdCodec(level=1) if codec == "zstd" else None)
+    z[:] = X
+    block, factor = rows * d * 4, 2 if codec == "zstd" else 1
+    Xz = da.from_zarr(path)
+    with dask.config.set({"dqkm.fast-zarr-read": False}):
+        own = zarr_reader.from_zarr(zarr.open_array(path, mode="r"))
+    assert zarr_reader.zarr_python_read_bytes(Xz) == factor * block
+    assert zarr_reader.zarr_python_read_bytes(own) == factor * block
+    assert zarr_reader.zarr_python_read_bytes(Xz[: rows // 2] + 1) == factor * block
+    assert zarr_reader.zarr_python_read_bytes(zarr_reader.from_zarr(z)) == 0  # dqkm's reader
+    assert zarr_reader.zarr_python_read_bytes(da.from_array(X, chunks=(rows, d))) == 0
+    # the array inlined in the tasks: its codecs are not looked up, counted as compressed
+    assert zarr_reader.zarr_python_read_bytes(da.from_zarr(path, inline_array=True)) == 2 * block
+    need = check_lloyd_memory("KMeans (Lloyd) pass", Xz, 16)
+    assert need >= (1 + factor) * block
+    assert check_lloyd_memory("KMeans (Lloyd) pass", own, 16) == need
+    with dask.config.set(scheduler="synchronous"):
+        fit = lambda: dqkm.KMeans(16, init=X[:16], n_init=1, max_iter=1,  # noqa: E731
+                                  persist=False).fit(Xz)
+        fit()  # kernels and zarr-python's codecs loaded before the measured fit
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = _vm_mib("VmRSS")
+        fit()
+        growth = (_vm_mib("VmHWM") - base) * 2**20
+    assert growth > block + 0.75 * factor * block  # the read's buffers are really held
+    assert growth <= need + 4 * 2**20, (growth / 2**20, need / 2**20)
+
+
 def test_se_tile_sizing_counts_the_compressed_chunk(tmp_path, monkeypatch):
     """SparseEmbeddedKMeans sizes its row tiles by the headroom left beside one chunk;
     over a compressed store the chunk's compressed bytes are held beside it while it is
