@@ -356,7 +356,8 @@ class KMMSolver:
         self.mem = kmm_memory(X, m, cfg.n_neighbors, cfg.n_clusters, rank if cfg.pruned else 0,
                               cfg.pruned, EXTRA_KEPT)
         parts = self.mem.parts(max(self.passes.sizes, default=0))
-        check_task_memory("KMultipleMeans pass", with_compressed_read(parts, X),
+        held = ("rows of S kept (previous)", "prototype side")  # given to the task
+        check_task_memory("KMultipleMeans pass", with_compressed_read(parts, X, held=held),
                           self.mem.knobs(X))
         check_resident_memory("KMultipleMeans", self.mem.resident(X.shape[0]),
                               self.mem.resident_knobs())

@@ -36,7 +36,8 @@ class KMMMemory:
         """The named parts of one task over a chunk of ``chunk_rows`` rows."""
         tile_rows = min(chunk_rows, max(1, TILE_BYTES // self.tile_row_bytes))
         return {"chunk of X": chunk_rows * self.x_row_bytes,
-                "rows of S kept (previous and new)": 2 * chunk_rows * self.kept_row_bytes,
+                "rows of S kept (previous)": chunk_rows * self.kept_row_bytes,
+                "rows of S kept (new)": chunk_rows * self.kept_row_bytes,
                 "one row tile": tile_rows * self.tile_row_bytes,
                 "prototype side": self.prototype_bytes}
 

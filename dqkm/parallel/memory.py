@@ -284,24 +284,26 @@ def check_pass_memory(what, X, *, per_row=0, fixed=0, work="its per-row results"
         return None
     rows = max(X.chunks[0], default=0)
     parts = {"chunk of X": chunk, work: int(per_row) * rows, state: int(fixed)}
-    return check_task_memory(what, with_compressed_read(parts, X), knobs)
+    # the broadcast state is there before the read (the partial sums come after it:
+    # counted as held, the larger need)
+    return check_task_memory(what, with_compressed_read(parts, X, held=(state,)), knobs)
 
 
-def with_compressed_read(parts, X, block="chunk of X"):
+def with_compressed_read(parts, X, block="chunk of X", held=()):
     """``parts`` plus what reading a block of X holds beside the decoded block while
     the task reads it: for X read from a compressed Zarr store by dqkm's chunk
     reader, its compressed chunk (:func:`~dqkm.data.zarr_reader.compressed_read_bytes`);
     for X read through zarr-python, its fetched and decoded buffers
-    (:func:`~dqkm.data.zarr_reader.zarr_python_read_bytes`).  Counted as the bytes
-    beyond the task's parts other than ``block`` (the name of its decoded block),
-    which it allocates after the read (the read's buffers are freed by then;
-    KMultipleMeans's previous rows of S, held during the read, are counted as
-    later: an approximation)."""
+    (:func:`~dqkm.data.zarr_reader.zarr_python_read_bytes`).  The read's buffers are
+    freed before the task allocates its later parts, so they count only beyond
+    those: every part but ``block`` (the name of its decoded block) and those named
+    in ``held``, which are in memory during the read (the broadcast state, the
+    previous pass's per-row state the task is given)."""
     compressed, through_zarr = compressed_read_bytes(X), zarr_python_read_bytes(X)
     read = max(compressed, through_zarr)
     what = ("its compressed chunk while decoding it" if compressed >= through_zarr
             else "zarr-python's read buffers of its block")
-    later = sum(v for k, v in parts.items() if k != block)
+    later = sum(v for k, v in parts.items() if k != block and k not in held)
     if read > later:
         parts = dict(parts, **{what: read - later})
     return parts

@@ -417,3 +417,45 @@ def test_labels_reach_the_driver_a_wave_of_blocks_at_a_time(dist_client, monkeyp
     threads = sum(w["nthreads"] for w in dist_client.scheduler_info()["workers"].values())
     np.testing.assert_array_equal(out, np.arange(1000, dtype=np.int32))
     assert sum(calls) == 20 and max(calls) == 2 * threads
+
+
+def test_a_read_counts_beside_what_is_held_during_it_not_beside_what_comes_after(monkeypatch):
+    """A read's buffers (compressed chunk, zarr-python's copies) are freed before the
+    task allocates its later parts, so they count only beyond those; the parts the
+    task is given (the broadcast state, the previous per-row state) are in memory
+    during the read and are not subtracted from it."""
+    from dqkm.parallel import memory
+
+    monkeypatch.setattr(memory, "compressed_read_bytes", lambda X: 60)
+    monkeypatch.setattr(memory, "zarr_python_read_bytes", lambda X: 0)
+    parts = {"chunk of X": 100, "state": 50, "per-row results": 30}
+    total = lambda p: sum(p.values())  # noqa: E731
+    # held during the read: the task peaks at chunk + state + read = 210
+    assert total(memory.with_compressed_read(parts, None, held=("state",))) == 210
+    # all after the read: max(chunk + read, chunk + state + results) = 180
+    assert total(memory.with_compressed_read(parts, None)) == 180
+    # a read smaller than what comes after adds nothing
+    assert memory.with_compressed_read(parts, None, held=("state",)) != parts
+    monkeypatch.setattr(memory, "compressed_read_bytes", lambda X: 20)
+    assert memory.with_compressed_read(parts, None, held=("state",)) == parts
+    # the larger of the two reads is counted, under its own name
+    monkeypatch.setattr(memory, "zarr_python_read_bytes", lambda X: 90)
+    grown = memory.with_compressed_read(parts, None, held=("state",))
+    assert grown["zarr-python's read buffers of its block"] == 60
+
+
+def test_a_lloyd_pass_counts_its_broadcast_centers_as_held_during_the_read(monkeypatch):
+    """The Lloyd pass's check: with a read larger than the per-row results, the need is
+    the chunk, the centers and sums and the whole read (the centers are on the worker
+    before the task reads its chunk)."""
+    from dqkm.parallel import memory
+    from dqkm.parallel.lloyd import check_lloyd_memory
+
+    read = 8 * 2**20
+    monkeypatch.setattr(memory, "compressed_read_bytes", lambda X: read)
+    monkeypatch.setattr(memory, "task_budget", lambda: 2**40)
+    X = da.zeros((100_000, 64), dtype=np.float32, chunks=(50_000, 64))
+    K = 512
+    need = check_lloyd_memory("KMeans (Lloyd) pass", X, K)
+    chunk, state = 50_000 * 64 * 4, K * 64 * (4 + 8) + 16 * K
+    assert need >= chunk + state + read
