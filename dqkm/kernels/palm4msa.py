@@ -76,6 +76,7 @@ import scipy.sparse as sp
 
 from ._factor_apply import _Factor, _chain_top_eig, _top_eig, transpose
 from ._palm_chains import fmul, fsandwich, ftmul, splincol_step, support_step
+from ._palm_support import support_cg as _support_cg
 from ._palm_terms import _Ctx, _gradient, _objective, _tiled
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
@@ -148,6 +149,8 @@ class _State:
     """Mutable solver state (private): factors, λ, current objective, warm vectors."""
 
     chains = None  # the sweep's left factors as _Chains (method="factors")
+
+    support_cg = 0  # conjugate-gradient iterations on each accepted update's support
 
     def __init__(self, A, d, constraints, mats, lam, safeguard, adaptive, method="factors"):
         self.A = A
@@ -241,6 +244,33 @@ def _guarded_update(st, q, fac, grad, c, ctx):
         mult *= 2.0
 
 
+def _refine_on_support(st, q, fac, ctx, extra):
+    """``fac`` (an accepted update) after ``st.support_cg`` conjugate-gradient
+    iterations on its support (:mod:`._palm_support`): λ takes the norm of
+    ``λ·S``, the factor is renormalised, and the result is kept only when the
+    objective does not increase.  Returns the factor and what :func:`_objective`
+    gives the fold (``extra``, unchanged when the refinement is not kept)."""
+    if fac.csr is None or type(st.constraints[q]) is not Splincol:
+        return fac, extra
+    indptr, indices, values = fac.csr
+    x = _support_cg(indptr, indices, values, fac.dense.shape, ctx.GL, ctx.GR, ctx.Lt,
+                    ctx.Rt, st.lam, st.support_cg)
+    lam = float(np.linalg.norm(x))
+    if not (lam > 0.0 and np.isfinite(lam)):
+        return fac, extra
+    x /= lam
+    dense = np.zeros(fac.dense.shape)
+    dense[np.repeat(np.arange(indptr.size - 1), np.diff(indptr)), indices] = x
+    new = _Factor.from_parts(dense, (indptr, indices, x))
+    old_lam, st.lam = st.lam, lam
+    f_new, _, _, new_extra = _objective(st, ctx, new)
+    if f_new <= st.f:
+        st.f = f_new
+        return new, new_extra
+    st.lam = old_lam
+    return fac, extra
+
+
 def _sweep(st, guard):
     """One palm4MSA iteration: factors Q…1 (right to left), then λ.
 
@@ -291,7 +321,9 @@ def _sweep(st, guard):
             SGR = fac.dense if GR is None else st.mul(fac, GR)
             grad = _gradient(st, q, fac, SGR, ctx)
             if guard and st.feasible[q]:
-                fac, SGR_new = _guarded_update(st, q, fac, grad, c, ctx)
+                prev, (fac, SGR_new) = fac, _guarded_update(st, q, fac, grad, c, ctx)
+                if st.support_cg and fac is not prev:  # an accepted update
+                    fac, SGR_new = _refine_on_support(st, q, fac, ctx, SGR_new)
             else:
                 fac = _step(st, q, fac, grad, c)
                 st.feasible[q] = True
@@ -333,12 +365,13 @@ def _sweep(st, guard):
 
 
 def _run(A, d, constraints, mats, lam, n_iter, tol, callback, safeguard, adaptive=False,
-         method="factors"):
+         method="factors", support_cg=0):
     """Core loop shared with the hierarchical solver; returns (mats, lam, errors).
 
     ``adaptive=False``: every guarded update starts from the bound ``c``.
     """
     st = _State(A, d, constraints, mats, lam, safeguard, adaptive, method)
+    st.support_cg = support_cg
     errors = [math.sqrt(st.f)]
     for t in range(1, n_iter + 1):
         err = _sweep(st, guard=safeguard)
@@ -378,6 +411,7 @@ def palm4msa(
     safeguard=True,
     adaptive_step=False,
     method="factors",
+    support_cg=0,
 ):
     """Approximate ``A`` by ``λ · [diag(fixed_left)] · S1 ··· SQ`` (palm4MSA).
 
@@ -427,6 +461,14 @@ def palm4msa(
         per iteration (the refused candidates cost an objective each); QK-means
         uses it.  False: every update starts from the bound ``c``
         (Algorithm 2 as published).
+    support_cg : int >= 0, default 0
+        With the safeguard: after every accepted update of a ``Splincol`` factor,
+        up to this many conjugate-gradient iterations of least squares in λ·S on
+        that update's support, the other factors fixed (λ takes the norm of the
+        result, the factor stays unit-norm and in its set), kept when the objective
+        does not increase.  Each costs about ``nnz·(r + c)`` multiply-adds, far
+        below a gradient step's, and lowers the error per iteration much further
+        on slowly converging targets (QK-means's refits).  0: palm4MSA as above.
 
     Returns
     -------
@@ -468,6 +510,11 @@ def palm4msa(
         init = init.factors
     mats, lam = _initial_factors(init, constraints, lam_init, "palm4msa")
     method = _check_method(method, "palm4msa")
+    support_cg = _check_int(support_cg, "support_cg", "palm4msa", 0)
+    if support_cg and not safeguard:
+        raise ValueError("The 'support_cg' parameter of palm4msa needs safeguard=True (its "
+                         f"refinements are kept only when the objective does not increase). "
+                         f"Got support_cg={support_cg} with safeguard={safeguard!r}.")
     mats, lam, errors = _run(A64, d, constraints, mats, lam, n_iter, tol, callback, bool(safeguard),
-                             adaptive=adaptive, method=method)
+                             adaptive=adaptive, method=method, support_cg=support_cg)
     return _result(mats, lam, errors, dtype)
