@@ -127,9 +127,13 @@ class QKMeans(KMeans):
     init_factorization : {'hierarchical', 'palm4msa'}, default='hierarchical'
         How the initial centroids are factorised: hierarchical palm4MSA (as
         the paper) or plain palm4MSA from its default start.
-    palm_iter : int, default=50
+    palm_iter : int, default=10
         Cap on the palm4MSA iterations per Lloyd iteration (warm-started from
-        the previous factors); the run stops earlier on ``palm_tol``.
+        the previous factors); the run stops earlier on ``palm_tol``.  With
+        ``variant="dqkm"`` each accepted factor update is followed by least
+        squares on its support (``palm4msa``'s ``support_cg``), so few
+        iterations go far: 10 reached the objective 50 plain ones did on digits
+        in about two thirds of the time, and a lower one at K = D = 1024.
     palm_iter_init : int, default=300
         Cap on the palm4MSA iterations of every run of the initial
         factorisation (each run stops earlier on progress; see Notes).
@@ -278,7 +282,7 @@ class QKMeans(KMeans):
     }
 
     def __init__(self, n_clusters=8, *, sparsity=5, n_factors=None, init="k-means++",
-                 init_factorization="hierarchical", palm_iter=50, palm_iter_init=300,
+                 init_factorization="hierarchical", palm_iter=10, palm_iter_init=300,
                  palm_tol=1e-6, hierarchical_refits=1, variant="dqkm", offset=True,
                  objective_tol=1e-3, max_iter=300, tol=1e-4, random_state=None, persist="auto",
                  split_every=None, n_init="auto", oversampling_factor=2.0, init_max_iter=None,

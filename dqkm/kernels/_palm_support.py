@@ -26,20 +26,58 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._factor_apply import _csr_mm
+from ._split import run_split
+
 
 
 @njit(nogil=True, cache=True)
-def _sampled_dot(indptr, indices, L, R, out):  # OUT out
+def _sampled_rows(indptr, indices, L, R, i0, i1, out):  # OUT out (the entries of rows i0 … i1)
     """``out[e] = L[i] · R[j]`` for the entries ``e = (i, j)`` of a CSR support."""
     p = L.shape[1]
-    for i in range(indptr.size - 1):
+    for i in range(i0, i1):
         for e in range(indptr[i], indptr[i + 1]):
             j = indices[e]
             s = 0.0
             for k in range(p):
                 s += L[i, k] * R[j, k]
             out[e] = s
+
+
+@njit(nogil=True, cache=True)
+def _support_apply(indptr, indices, x, GR, GL, GLd, diag, col_ptr, col_entry, rows, j0, j1,
+                   out):  # OUT out (the entries of columns j0 … j1)
+    """The entries on Ω of ``GL·X·GR`` (``GLd``: GL's diagonal when ``diag``) for X
+    with values ``x`` on Ω, column by column of Ω: ``w = (X·GR)[:, j]`` from row j
+    of the symmetric ``GR`` (``nnz`` multiply-adds), then each entry (i, j) of the
+    column is ``GL[i]·w`` (``r`` each) — no r × c buffer, no transpose."""
+    r = indptr.size - 1
+    w = np.empty(r)
+    for j in range(j0, j1):
+        if col_ptr[j] == col_ptr[j + 1]:
+            continue
+        g = GR[j]
+        for i in range(r):
+            s = 0.0
+            for e in range(indptr[i], indptr[i + 1]):
+                s += x[e] * g[indices[e]]
+            w[i] = s
+        for t in range(col_ptr[j], col_ptr[j + 1]):
+            e = col_entry[t]
+            i = rows[e]
+            if diag:
+                out[e] = GLd[i] * w[i]
+            else:
+                h = GL[i]
+                s = 0.0
+                for k in range(r):
+                    s += h[k] * w[k]
+                out[e] = s
+
+
+def _sampled_dot(indptr, indices, L, R, out):  # OUT out
+    """:func:`_sampled_rows` over every row, split over the driver's threads."""
+    run_split(lambda i0, i1: _sampled_rows(indptr, indices, L, R, i0, i1, out),
+              indptr.size - 1, work=indices.size * L.shape[1])
 
 
 def _rows_of(indptr):
@@ -63,19 +101,33 @@ class _SupportQuadratic:
         else:
             _sampled_dot(indptr, indices, np.ascontiguousarray(Lt), np.ascontiguousarray(Rt),
                          self.C)
+        if GR is not None:  # Ω by columns: the entries of each column j, in row order
+            order = np.argsort(indices, kind="stable")
+            self.col_entry = order.astype(np.int64)
+            self.col_ptr = np.concatenate([[0], np.cumsum(np.bincount(indices,
+                                                                      minlength=shape[1]))])
+            self.GR = np.ascontiguousarray(GR)
+            diag = GL.ndim == 1
+            self.GLs = (np.empty((0, 0)), np.ascontiguousarray(GL), True) if diag else \
+                (np.ascontiguousarray(GL), np.empty(0), False)
 
     def apply(self, x):
         """The entries on Ω of ``GL·X·GR`` for ``X`` with values ``x`` on Ω."""
         if self.GR is None:
             W = np.zeros(self.shape)
             W[self.rows, self.indices] = x
-        else:
-            W = _csr_mm(self.indptr, self.indices, x, self.GR)
-        if self.GL.ndim == 1:
-            return self.GL[self.rows] * W[self.rows, self.indices]
+            if self.GL.ndim == 1:
+                return self.GL[self.rows] * x
+            out = np.empty(x.size)
+            # (GL·X)_ij = GL[i]·X[:, j] = GL[i]·Xᵀ[j] (GL symmetric)
+            _sampled_dot(self.indptr, self.indices, self.GL, np.ascontiguousarray(W.T), out)
+            return out
         out = np.empty(x.size)
-        # (GL·W)_ij = GL[i]·W[:, j] = GL[i]·Wᵀ[j] (GL symmetric)
-        _sampled_dot(self.indptr, self.indices, self.GL, np.ascontiguousarray(W.T), out)
+        args = (self.indptr, self.indices, x, self.GR, *self.GLs, self.col_ptr,
+                self.col_entry, self.rows)
+        # columns split over the driver's threads (each entry summed the same way)
+        run_split(lambda j0, j1: _support_apply(*args, j0, j1, out), self.shape[1],
+                  work=self.shape[1] * x.size)
         return out
 
 
