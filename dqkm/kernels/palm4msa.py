@@ -466,9 +466,10 @@ def palm4msa(
         up to this many conjugate-gradient iterations of least squares in λ·S on
         that update's support, the other factors fixed (λ takes the norm of the
         result, the factor stays unit-norm and in its set), kept when the objective
-        does not increase.  Each costs about ``nnz·(r + c)`` multiply-adds, far
-        below a gradient step's, and lowers the error per iteration much further
-        on slowly converging targets (QK-means's refits).  0: palm4MSA as above.
+        does not increase.  Each costs about ``nnz·(r + c)`` multiply-adds (about
+        a gradient step's time at K = D = 1024) and lowers the error per iteration
+        much further on slowly converging targets (QK-means's refits: see
+        docs/algorithms/palm4msa.md).  0: palm4MSA as above.
 
     Returns
     -------
