@@ -29,7 +29,6 @@ from numba import njit
 from ._split import run_split
 
 
-
 @njit(nogil=True, cache=True)
 def _sampled_rows(indptr, indices, L, R, i0, i1, out):  # OUT out (the entries of rows i0 … i1)
     """``out[e] = L[i] · R[j]`` for the entries ``e = (i, j)`` of a CSR support."""
@@ -80,7 +79,7 @@ def _sampled_dot(indptr, indices, L, R, out):  # OUT out
               indptr.size - 1, work=indices.size * L.shape[1])
 
 
-def _rows_of(indptr):
+def rows_of(indptr):
     """The row of every entry of a CSR support."""
     return np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
 
@@ -92,7 +91,7 @@ class _SupportQuadratic:
 
     def __init__(self, indptr, indices, shape, GL, GR, Lt, Rt):
         self.indptr, self.indices, self.shape = indptr, indices, shape
-        self.rows = _rows_of(indptr)
+        self.rows = rows_of(indptr)
         self.GL, self.GR = GL, GR
         nnz = indices.size
         self.C = np.empty(nnz)
@@ -114,10 +113,10 @@ class _SupportQuadratic:
     def apply(self, x):
         """The entries on Ω of ``GL·X·GR`` for ``X`` with values ``x`` on Ω."""
         if self.GR is None:
-            W = np.zeros(self.shape)
-            W[self.rows, self.indices] = x
             if self.GL.ndim == 1:
                 return self.GL[self.rows] * x
+            W = np.zeros(self.shape)
+            W[self.rows, self.indices] = x
             out = np.empty(x.size)
             # (GL·X)_ij = GL[i]·X[:, j] = GL[i]·Xᵀ[j] (GL symmetric)
             _sampled_dot(self.indptr, self.indices, self.GL, np.ascontiguousarray(W.T), out)

@@ -76,7 +76,7 @@ import scipy.sparse as sp
 
 from ._factor_apply import _Factor, _chain_top_eig, _top_eig, transpose
 from ._palm_chains import fmul, fsandwich, ftmul, splincol_step, support_step
-from ._palm_support import support_cg as _support_cg
+from ._palm_support import rows_of, support_cg as _support_cg
 from ._palm_terms import _Ctx, _gradient, _objective, _tiled
 from ._palm_checks import (_check_fixed_left, _check_method, _check_target, _check_tol_lam,
                            _initial_factors)
@@ -260,7 +260,7 @@ def _refine_on_support(st, q, fac, ctx, extra):
         return fac, extra
     x /= lam
     dense = np.zeros(fac.dense.shape)
-    dense[np.repeat(np.arange(indptr.size - 1), np.diff(indptr)), indices] = x
+    dense[rows_of(indptr), indices] = x
     new = _Factor.from_parts(dense, (indptr, indices, x))
     old_lam, st.lam = st.lam, lam
     f_new, _, _, new_extra = _objective(st, ctx, new)
